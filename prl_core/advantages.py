@@ -1,0 +1,324 @@
+"""Advantages and PRL token weights: pure functions over tensors (DESIGN §2).
+
+Shapes: B responses (rows), T columns; ``mask`` (B, T) bool marks response tokens.
+A *group* is the n responses of one prompt, identified by ``group_ids`` (B,) long.
+Nothing here takes gradients: every result is computed under ``torch.no_grad``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._checks import require_choice, require_eta, require_float, require_group_ids, require_mask, require_tensor
+
+ORDERS = ("advantage_first", "process_first")
+
+
+# ─── group statistics ───────────────────────────────────────────────────────────────
+
+def _group_normalize(
+    values: torch.Tensor, group: torch.Tensor, n_groups: int, *, normalize_std: bool, eps: float
+) -> torch.Tensor:
+    """(v − mean_g) / (std_g + eps) over the members of each group, std unbiased.
+
+    values (N,) float, group (N,) long in [0, n_groups). A group with one member returns its
+    value unchanged (no baseline); a group whose values are all equal returns exactly 0.
+    """
+    dt = values.dtype
+    count = torch.zeros(n_groups, dtype=dt, device=values.device).index_add_(0, group, torch.ones_like(values))
+    total = torch.zeros(n_groups, dtype=dt, device=values.device).index_add_(0, group, values)
+    mean = (total / count)[group]
+    centered = values - mean
+    out = centered
+    if normalize_std:
+        sq = torch.zeros(n_groups, dtype=dt, device=values.device).index_add_(0, group, centered * centered)
+        std = torch.sqrt(sq / (count - 1).clamp_min(1))[group]
+        out = centered / (std + eps)
+    vmax = torch.full((n_groups,), -math.inf, dtype=dt, device=values.device).scatter_reduce_(0, group, values, "amax")
+    vmin = torch.full((n_groups,), math.inf, dtype=dt, device=values.device).scatter_reduce_(0, group, values, "amin")
+    out = torch.where((vmax == vmin)[group], torch.zeros_like(out), out)
+    return torch.where(count[group] == 1, values, out)
+
+
+def _dense_groups(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Relabel arbitrary group ids to 0..G-1; returns (ids (B,), G)."""
+    uniq, inverse = torch.unique(group_ids, return_inverse=True)
+    return inverse, int(uniq.numel())
+
+
+@torch.no_grad()
+def group_advantages(
+    rewards: torch.Tensor, group_ids: torch.Tensor, *, normalize_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
+    """GRPO outcome advantage A_i = (R_i − mean_g R) / (std_g R + eps), std unbiased (n − 1).
+
+    Args:
+        rewards: (B,) float outcome rewards.
+        group_ids: (B,) integer prompt id of each response (any values; need not be sorted).
+        normalize_std: False gives the Dr.GRPO advantage R_i − mean_g R.
+        eps: added to the std.
+
+    Returns:
+        (B,) advantages in the dtype of ``rewards``. A group of one gives A = R; a group whose
+        rewards are all equal gives exactly 0.
+    """
+    rewards = require_float("rewards", rewards)
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards: expected shape (B,), got {tuple(rewards.shape)}")
+    if torch.isinf(rewards).any():
+        raise ValueError("rewards: contains inf")
+    group, n_groups = _dense_groups(require_group_ids("group_ids", group_ids, rewards.shape[0]))
+    if rewards.numel() == 0:
+        return rewards.clone()
+    return _group_normalize(rewards.detach(), group, n_groups, normalize_std=normalize_std, eps=eps)
+
+
+# ─── suffix sums and segment fill ───────────────────────────────────────────────────
+
+@torch.no_grad()
+def suffix_sums(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Inclusive reverse cumulative sum S_t = Σ_{j ≥ t} mask_j · values_j.
+
+    Args:
+        values: (B, T) float.
+        mask: (B, T) bool; masked-out positions contribute 0 (their own S is still defined).
+
+    Returns:
+        (B, T) in the dtype of ``values``. One reverse cumsum, O(T) per row.
+    """
+    values = require_float("values", values)
+    mask = require_mask("mask", mask)
+    _same_shape(("values", values), ("mask", mask))
+    return _suffix_sums_(values.detach().masked_fill(~mask, 0.0))
+
+
+def _suffix_sums_(masked: torch.Tensor) -> torch.Tensor:
+    """Suffix sums of an already-masked (B, T) tensor, overwriting a fresh buffer.
+
+    S_t = total − C_t + x_t with C the forward inclusive cumsum: one cumsum and no reversed
+    copies (flip-cumsum-flip costs ~2× more here). S at a row's last token is exactly x_t; the
+    rounding elsewhere is a few ulp of the row's running sum.
+    """
+    c = torch.cumsum(masked, -1)
+    total = c[:, -1:].clone() if c.shape[-1] else c[:, :0]
+    return c.sub_(total).neg_().add_(masked)
+
+
+def fill_segments(values: torch.Tensor, boundaries: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Give each response token the value at the next boundary at or after it.
+
+    Args:
+        values: (B, T) float; only the values at boundary positions are read.
+        boundaries: (B, T) bool, a subset of ``mask`` containing every row's last response token.
+        mask: (B, T) bool.
+
+    Returns:
+        (B, T), zero outside ``mask``. Uses the boundary mask itself, so a boundary whose value
+        is exactly 0 keeps its 0 (unlike a "next non-zero value" fill).
+    """
+    values = require_float("values", values)
+    mask = require_mask("mask", mask)
+    boundaries = require_mask("boundaries", boundaries)
+    _same_shape(("values", values), ("mask", mask), ("boundaries", boundaries))
+    pos = _boundary_positions(boundaries, mask)
+    return _fill(values.reshape(-1)[pos], pos, boundaries, mask)
+
+
+def _boundary_positions(boundaries: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Row-major flat positions (K,) of the boundaries, after checking they fit the mask."""
+    B, T = mask.shape
+    pos = torch.nonzero(boundaries.reshape(-1)).squeeze(1)
+    if not bool(mask.reshape(-1)[pos].all()):
+        raise ValueError("boundaries: marks positions outside mask (boundaries must be response tokens)")
+    cols = torch.arange(T, device=mask.device, dtype=torch.int32)
+    last_tok = (mask.view(torch.uint8) * cols).amax(-1)  # last response column (0 for an empty row)
+    has_tok = mask[:, 0] | (last_tok > 0)
+    last_bnd = torch.full((B,), -1, dtype=torch.int64, device=mask.device)
+    last_bnd.scatter_reduce_(0, pos // T, pos % T, "amax")
+    bad = has_tok & (last_bnd != last_tok)
+    if bool(bad.any()):
+        row = int(torch.nonzero(bad)[0, 0])
+        raise ValueError(
+            f"boundaries: row {row} has no boundary at its last response token (column {int(last_tok[row])}); "
+            "build boundaries with prl_core.step_boundaries()"
+        )
+    return pos
+
+
+def _fill(
+    at_boundaries: torch.Tensor,
+    pos: torch.Tensor,
+    boundaries: torch.Tensor,
+    mask: torch.Tensor,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Spread boundary values (K,) at row-major flat positions ``pos`` (K,) over their segments.
+
+    A token's segment index is the number of boundaries strictly before it in its row (one
+    exclusive cumsum); the values are laid out as a zero-padded (B, K_max + 1) table and
+    looked up. ``out`` (B, T), if given, is a scratch buffer that receives the result: reusing
+    buffers matters on CPU, where every fresh multi-MB tensor costs page faults.
+    """
+    B, T = mask.shape
+    row = pos // T
+    counts = torch.bincount(row, minlength=B)
+    width = (int(counts.max()) if B else 0) + 1
+    rank = torch.arange(pos.numel(), device=pos.device) - (torch.cumsum(counts, 0) - counts)[row]
+    table = torch.zeros(B * width, dtype=at_boundaries.dtype, device=at_boundaries.device)
+    table[row * width + rank] = at_boundaries
+    if out is None:
+        out = torch.empty(B, T, dtype=at_boundaries.dtype, device=at_boundaries.device)
+    # Exclusive count of boundaries before t (float cumsum: exact below 2**24, and fast); past a
+    # row's last boundary it equals the row's count, which points at a zero of the table.
+    seg = torch.empty(B, T, dtype=torch.float32, device=mask.device)
+    seg[:, 0] = 0.0
+    seg[:, 1:] = boundaries[:, :-1].view(torch.uint8)
+    torch.cumsum(seg, -1, out=seg)
+    index = seg.view(torch.int32)  # reuse the same bytes for the flat table index
+    index.copy_(seg)
+    index.add_(torch.arange(0, B * width, width, dtype=torch.int32, device=mask.device).unsqueeze(1))
+    torch.index_select(table, 0, index.view(-1), out=out.view(-1))
+    return out.mul_(mask.view(torch.uint8))
+
+
+# ─── PRL ────────────────────────────────────────────────────────────────────────────
+
+@torch.no_grad()
+def prl_advantages(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    logp_old: torch.Tensor,
+    logp_ref: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eta: float,
+    boundaries: torch.Tensor | None = None,
+    order: str = "advantage_first",
+    normalize_std: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """PRL token weights ρ (DESIGN §2).
+
+    With k_t = log π_old − log π_ref on response tokens and S_t = Σ_{j≥t} k_j:
+
+    - ``advantage_first`` (the paper's main setting): ρ_{i,t} = A_i − S_{i,t}/η, with A the
+      group outcome advantage of :func:`group_advantages`. ``eta=math.inf`` returns A broadcast
+      over the response, exactly.
+    - ``process_first`` (Table 5's other order): r_{i,t} = R_i − S_{i,t}/η at every boundary,
+      then normalized over all boundary values of all responses of the group (mean and
+      unbiased std), then filled. (Not the same as GRPO at η=∞: responses with more steps
+      weigh more in the group statistics.)
+
+    Args:
+        rewards: (B,) float outcome rewards R_i.
+        group_ids: (B,) integer prompt id of each response.
+        logp_old: (B, T) float rollout-policy log-probs of the sampled tokens.
+        logp_ref: (B, T) float frozen-reference log-probs of the same tokens.
+        mask: (B, T) bool response-token mask. Values outside it are ignored (may be NaN).
+        eta: inverse KL strength (> 0; ``math.inf`` switches the KL term off).
+        boundaries: (B, T) bool step boundaries from :func:`prl_core.steps.step_boundaries`;
+            None means token level (every token is a step).
+        order: ``"advantage_first"`` or ``"process_first"``.
+        normalize_std: divide by the group std (False: Dr.GRPO-style centering only).
+        eps: added to the std.
+
+    Returns:
+        (B, T) weights in the dtype of ``logp_old``, zero outside ``mask``; every token of a
+        segment carries the value at the segment's boundary. No gradient flows through it.
+    """
+    eta = require_eta(eta)
+    order = require_choice("order", order, ORDERS)
+    rewards = require_float("rewards", rewards)
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards: expected shape (B,), got {tuple(rewards.shape)}")
+    if torch.isinf(rewards).any():
+        raise ValueError("rewards: contains inf")
+    B = rewards.shape[0]
+    mask = require_mask("mask", mask)
+    if mask.shape[0] != B:
+        raise ValueError(f"mask: expected {B} rows (one per reward), got shape {tuple(mask.shape)}")
+    for name, t in (("logp_old", logp_old), ("logp_ref", logp_ref)):
+        require_tensor(name, t)
+        if not t.is_floating_point():
+            raise ValueError(f"{name}: expected a floating-point tensor, got dtype {t.dtype}")
+        if t.shape != mask.shape:
+            raise ValueError(f"{name}: expected shape {tuple(mask.shape)} (as mask), got {tuple(t.shape)}")
+    group, n_groups = _dense_groups(require_group_ids("group_ids", group_ids, B))
+    pos = None
+    if boundaries is not None:
+        boundaries = require_mask("boundaries", boundaries)
+        _same_shape(("boundaries", boundaries), ("mask", mask))
+        pos = _boundary_positions(boundaries, mask)
+    rewards = rewards.detach().to(logp_old.dtype)
+    T = mask.shape[1]
+
+    # S/η on every response token (skipped entirely at η = ∞, so GRPO is reproduced exactly).
+    outside = ~mask
+    kl_to_go = None
+    if not math.isinf(eta):
+        k = torch.sub(logp_old.detach(), logp_ref.detach()).masked_fill_(outside, 0.0)
+        kl_to_go = _suffix_sums_(k)
+        _check_finite(kl_to_go, logp_old, logp_ref, mask)
+        kl_to_go.mul_(1.0 / eta)
+
+    if order == "advantage_first":
+        adv = _group_normalize(rewards, group, n_groups, normalize_std=normalize_std, eps=eps) if B else rewards
+        if kl_to_go is None:
+            return torch.where(mask, adv.unsqueeze(1), 0.0).to(logp_old.dtype)
+        if pos is None:
+            rho = kl_to_go.neg_().add_(adv.unsqueeze(1))
+            return rho.mul_(mask.view(torch.uint8))
+        at_b = adv[pos // T] - kl_to_go.reshape(-1)[pos]
+        return _fill(at_b, pos, boundaries, mask, out=kl_to_go)
+
+    # process first: per-boundary returns, normalized over the group's boundary values.
+    if pos is None:
+        boundaries = mask
+        pos = torch.nonzero(mask.reshape(-1)).squeeze(1)
+    row = pos // T
+    r = rewards[row] if kl_to_go is None else rewards[row] - kl_to_go.reshape(-1)[pos]
+    normed = _group_normalize(r, group[row], n_groups, normalize_std=normalize_std, eps=eps)
+    return _fill(normed, pos, boundaries, mask, out=kl_to_go)
+
+
+def _check_finite(kl_to_go: torch.Tensor, logp_old, logp_ref, mask) -> None:
+    """S at a row's first column sums the whole row: if it is finite, every response token was."""
+    if bool(torch.isfinite(kl_to_go[:, 0]).all()):
+        return
+    for name, t in (("logp_old", logp_old), ("logp_ref", logp_ref)):
+        bad = mask & ~torch.isfinite(t)
+        if bad.any():
+            b, j = (int(i) for i in torch.nonzero(bad)[0])
+            raise ValueError(f"{name}: non-finite value {float(t[b, j])} at response token (row {b}, column {j})")
+    raise ValueError("logp_old - logp_ref: the log-ratio sum overflowed to a non-finite value")
+
+
+def _same_shape(*named: tuple[str, torch.Tensor]) -> None:
+    (n0, t0), *rest = named
+    for n, t in rest:
+        if t.shape != t0.shape:
+            raise ValueError(f"{n}: expected shape {tuple(t0.shape)} (as {n0}), got {tuple(t.shape)}")
+
+
+# ─── RAFT ───────────────────────────────────────────────────────────────────────────
+
+@torch.no_grad()
+def raft_select(rewards: torch.Tensor, group_ids: torch.Tensor, *, threshold: float = 1.0) -> torch.Tensor:
+    """RAFT sample selection: keep the correct responses (reward ≥ threshold) of every group.
+
+    Args:
+        rewards: (B,) float.
+        group_ids: (B,) integer (validated; selection is per response, so groups with no
+            correct response contribute nothing).
+        threshold: reward at or above which a response counts as correct.
+
+    Returns:
+        bool (B,) — the responses to fine-tune on.
+    """
+    rewards = require_float("rewards", rewards)
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards: expected shape (B,), got {tuple(rewards.shape)}")
+    require_group_ids("group_ids", group_ids, rewards.shape[0])
+    return rewards >= threshold

@@ -1,0 +1,183 @@
+"""Typed configuration of the policy-optimisation algorithm, validated up front.
+
+Loaded from the ``algorithm:`` section of a YAML file (``configs/algorithm/*.yaml``) or built
+in code. Every cross-field rule says how to fix the problem, e.g. a ``step_split`` given with a
+non-PRL estimator is refused instead of silently training GRPO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .losses import AGGREGATIONS, KL_ESTIMATORS
+from .steps import parse_split
+
+ESTIMATOR_NAMES = ("grpo", "dr_grpo", "prl", "raft")
+PRL_ONLY = ("eta", "step_split", "order")
+
+
+class ConfigError(ValueError):
+    """A configuration value or combination is invalid; the message says how to fix it."""
+
+
+@dataclass
+class AlgorithmConfig:
+    """How advantages and the policy loss are computed (DESIGN §2). Paper defaults: Table 6."""
+
+    estimator: str = "prl"
+    """Advantage estimator: 'grpo', 'dr_grpo' (no std division), 'prl' or 'raft' (SFT on correct samples)."""
+    eta: float | None = None
+    """PRL only: inverse KL strength η (> 0; KL coefficient 1/η; 'inf' = GRPO). Required for 'prl'."""
+    step_split: str | None = None
+    """PRL only: 'token' (default), 'fixed:N' or 'text:<delimiter>' (e.g. 'text:\\n\\n')."""
+    order: str | None = None
+    """PRL only: 'advantage_first' (default, the paper's main setting) or 'process_first'."""
+    normalize_std: bool | None = None
+    """Divide group-centred rewards by the group std (default: True, except False for 'dr_grpo')."""
+    eps: float = 1e-6
+    """Added to the group std (1e-6 matches the authors' implementation)."""
+    n_samples: int = 5
+    """Responses per prompt (the group size n; 5 in Table 6, >= 2 for group baselines)."""
+    clip_low: float = 0.2
+    """PPO clip ε_low, in (0, 1)."""
+    clip_high: float = 0.2
+    """PPO clip ε_high, > 0 (asymmetric 'clip-higher' when larger than clip_low)."""
+    dual_clip: float | None = 3.0
+    """Dual-clip constant c > 1 bounding the loss of negative advantages (None disables)."""
+    loss_agg: str = "token-mean"
+    """'token-mean' (authors' actor) or 'seq-mean-token-mean' (the paper's Algorithm 1)."""
+    kl_loss_coef: float = 0.0
+    """Extra KL-to-reference loss coefficient (0 in Table 6; PRL's KL already lives in ρ)."""
+    kl_estimator: str = "k3"
+    """Estimator for the extra KL loss and the logged KL: 'k1', 'k2' or 'k3'."""
+    raft_threshold: float = 1.0
+    """RAFT only: a response with reward >= this counts as correct and is kept."""
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    # ── validation ─────────────────────────────────────────────────────────────────
+    def _validate(self) -> None:
+        if self.estimator not in ESTIMATOR_NAMES:
+            raise ConfigError(f"estimator: unknown {self.estimator!r}; choose one of {', '.join(ESTIMATOR_NAMES)}")
+        if self.estimator != "prl":
+            given = [k for k in PRL_ONLY if getattr(self, k) is not None]
+            if given:
+                raise ConfigError(
+                    f"{', '.join(given)}: only used by the PRL estimator, but estimator is {self.estimator!r}. "
+                    f"Set estimator: prl to train PRL, or remove {', '.join(given)} to train {self.estimator}."
+                )
+        else:
+            if self.eta is None:
+                raise ConfigError(
+                    "eta: required when estimator is 'prl' (inverse KL strength; the paper uses 100-300 for "
+                    "responses up to 3,072 tokens: choose it relative to response length, 'inf' reproduces GRPO)"
+                )
+            self.eta = _as_eta(self.eta)
+            self.step_split = str(parse_split(self.step_split if self.step_split is not None else "token"))
+            self.order = self.order or "advantage_first"
+            if self.order not in ("advantage_first", "process_first"):
+                raise ConfigError(f"order: expected 'advantage_first' or 'process_first', got {self.order!r}")
+        if self.estimator == "dr_grpo":
+            if self.normalize_std:
+                raise ConfigError(
+                    "normalize_std: dr_grpo is defined without the std division; remove normalize_std "
+                    "or use estimator: grpo"
+                )
+            self.normalize_std = False
+        elif self.normalize_std is None:
+            self.normalize_std = True
+        if not (isinstance(self.eps, (int, float)) and self.eps >= 0):
+            raise ConfigError(f"eps: must be a number >= 0, got {self.eps!r}")
+        if not (isinstance(self.n_samples, int) and not isinstance(self.n_samples, bool) and self.n_samples >= 1):
+            raise ConfigError(f"n_samples: must be an integer >= 1, got {self.n_samples!r}")
+        if self.estimator in ("grpo", "dr_grpo", "prl") and self.n_samples < 2:
+            raise ConfigError(
+                f"n_samples: {self.estimator} needs a group of at least 2 responses per prompt for its "
+                "baseline (a group of one gets A = R); set n_samples >= 2"
+            )
+        if not 0.0 < self.clip_low < 1.0:
+            raise ConfigError(f"clip_low: must be in (0, 1), got {self.clip_low} (the paper uses 0.2)")
+        if not self.clip_high > 0.0:
+            raise ConfigError(f"clip_high: must be > 0, got {self.clip_high} (the paper uses 0.2)")
+        if self.dual_clip is not None and not self.dual_clip > 1.0:
+            raise ConfigError(f"dual_clip: must be > 1 or null to disable, got {self.dual_clip} (verl uses 3)")
+        if self.loss_agg not in AGGREGATIONS:
+            raise ConfigError(f"loss_agg: expected one of {', '.join(AGGREGATIONS)}, got {self.loss_agg!r}")
+        if not self.kl_loss_coef >= 0.0:
+            raise ConfigError(f"kl_loss_coef: must be >= 0, got {self.kl_loss_coef}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ConfigError(f"kl_estimator: expected one of {', '.join(KL_ESTIMATORS)}, got {self.kl_estimator!r}")
+
+    # ── I/O ────────────────────────────────────────────────────────────────────────
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> "AlgorithmConfig":
+        """Build from a mapping; unknown keys and wrong types are errors naming ``source`` and the key."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: the algorithm section must be a mapping, got {type(data).__name__}")
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(known)}")
+        for key, value in data.items():
+            _check_type(source, key, value, known[key].type)
+        try:
+            return cls(**data)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, section: str = "algorithm") -> "AlgorithmConfig":
+        """Load the ``section`` mapping of a YAML file (or the whole file if it has no such key)."""
+        path = Path(path)
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file") from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"{path}:{where} invalid YAML: {getattr(e, 'problem', e)}") from None
+        if isinstance(doc, dict) and section in doc:
+            doc = doc[section]
+        return cls.from_dict(doc if doc is not None else {}, source=str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        if isinstance(d.get("eta"), float) and math.isinf(d["eta"]):
+            d["eta"] = "inf"
+        return d
+
+
+def _as_eta(value: Any) -> float:
+    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", ".inf"):
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"eta: expected a positive number or 'inf', got {value!r}")
+    value = float(value)
+    if math.isnan(value) or value <= 0:
+        raise ConfigError(f"eta: must be > 0 (inverse KL strength; 'inf' reproduces GRPO), got {value}")
+    return value
+
+
+def _check_type(source: str, key: str, value: Any, annotation: Any) -> None:
+    """Check a YAML value against the field's annotation (``float | None`` etc.); bools are not numbers."""
+    ok = key == "eta" and isinstance(value, str)  # eta: 'inf' is spelled as a string in YAML
+    for part in str(annotation).split("|"):
+        part = part.strip()
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok |= (
+            (part == "None" and value is None)
+            or (part == "str" and isinstance(value, str))
+            or (part == "bool" and isinstance(value, bool))
+            or (part == "int" and is_number and isinstance(value, int))
+            or (part == "float" and is_number)
+        )
+    if not ok:
+        raise ConfigError(f"{source}: {key}: expected {annotation}, got {type(value).__name__} {value!r}")

@@ -1,0 +1,102 @@
+"""One registry of advantage estimators, one signature (as verl's ``core_algos``).
+
+Every estimator maps a rollout batch to per-token weights (B, T) and names the loss that
+consumes them: ``"ppo"`` (:func:`prl_core.losses.ppo_clip_loss`) or ``"sft"``
+(:func:`prl_core.losses.sft_loss` over tokens whose weight is non-zero, RAFT).
+
+    fn(rewards (B,), group_ids (B,), logp_old (B, T), logp_ref (B, T), mask (B, T) bool,
+       *, cfg: AlgorithmConfig, boundaries: (B, T) bool | None) -> (B, T)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .advantages import group_advantages, prl_advantages, raft_select
+from .config import AlgorithmConfig
+
+EstimatorFn = Callable[..., torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Estimator:
+    name: str
+    fn: EstimatorFn
+    loss: str  # "ppo" or "sft"
+    uses_steps: bool  # whether step boundaries change the result
+
+
+ESTIMATORS: dict[str, Estimator] = {}
+
+
+def register(name: str, *, loss: str = "ppo", uses_steps: bool = False):
+    """Decorator: add an estimator under ``name`` (names are unique)."""
+
+    def wrap(fn: EstimatorFn) -> EstimatorFn:
+        if name in ESTIMATORS:
+            raise ValueError(f"estimator {name!r} is already registered")
+        ESTIMATORS[name] = Estimator(name, fn, loss, uses_steps)
+        return fn
+
+    return wrap
+
+
+def get_estimator(name: str) -> Estimator:
+    try:
+        return ESTIMATORS[name]
+    except KeyError:
+        raise ValueError(f"estimator: unknown {name!r}; registered: {', '.join(sorted(ESTIMATORS))}") from None
+
+
+def _broadcast(adv: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.where(mask, adv.to(dtype).unsqueeze(1), 0.0).to(dtype)
+
+
+@register("grpo")
+def grpo(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfig, boundaries=None):
+    """GRPO: group outcome advantage (std-normalised) on every response token."""
+    adv = group_advantages(rewards, group_ids, normalize_std=True, eps=cfg.eps)
+    return _broadcast(adv, mask, logp_old.dtype)
+
+
+@register("dr_grpo")
+def dr_grpo(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfig, boundaries=None):
+    """Dr.GRPO: group-centred reward, no std division."""
+    adv = group_advantages(rewards, group_ids, normalize_std=False, eps=cfg.eps)
+    return _broadcast(adv, mask, logp_old.dtype)
+
+
+@register("prl", uses_steps=True)
+def prl(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfig, boundaries=None):
+    """PRL: ρ = A − S/η (or process-first), filled over step segments."""
+    return prl_advantages(
+        rewards, group_ids, logp_old, logp_ref, mask,
+        eta=cfg.eta, boundaries=boundaries, order=cfg.order,
+        normalize_std=bool(cfg.normalize_std), eps=cfg.eps,
+    )
+
+
+@register("raft", loss="sft")
+def raft(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfig, boundaries=None):
+    """RAFT: weight 1 on the tokens of correct responses, 0 elsewhere (fine-tuned with SFT)."""
+    keep = raft_select(rewards, group_ids, threshold=cfg.raft_threshold)
+    return _broadcast(keep.to(logp_old.dtype), mask, logp_old.dtype)
+
+
+def compute_advantages(
+    cfg: AlgorithmConfig,
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    logp_old: torch.Tensor,
+    logp_ref: torch.Tensor,
+    mask: torch.Tensor,
+    boundaries: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Run the estimator that ``cfg.estimator`` names; (B, T) weights."""
+    est = get_estimator(cfg.estimator)
+    if boundaries is not None and not est.uses_steps:
+        raise ValueError(f"boundaries: the {cfg.estimator!r} estimator does not use step boundaries")
+    return est.fn(rewards, group_ids, logp_old, logp_ref, mask, cfg=cfg, boundaries=boundaries)

