@@ -13,14 +13,16 @@ def require_tensor(name: str, x: object) -> torch.Tensor:
     return x
 
 
-def require_float(name: str, x: object, shape: tuple[int, ...] | None = None) -> torch.Tensor:
-    """A floating tensor (optionally of an exact shape) with no NaN."""
+def require_float(
+    name: str, x: object, shape: tuple[int, ...] | None = None, *, allow_nan: bool = False
+) -> torch.Tensor:
+    """A floating tensor (optionally of an exact shape) with no NaN unless ``allow_nan``."""
     t = require_tensor(name, x)
     if not t.is_floating_point():
         raise ValueError(f"{name}: expected a floating-point tensor, got dtype {t.dtype}")
     if shape is not None and tuple(t.shape) != tuple(shape):
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(t.shape)}")
-    if torch.isnan(t).any():
+    if not allow_nan and torch.isnan(t).any():
         raise ValueError(f"{name}: contains NaN (first at index {_first_nan(t)})")
     return t
 

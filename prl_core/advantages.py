@@ -88,9 +88,11 @@ def suffix_sums(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     Returns:
         (B, T) in the dtype of ``values``. One reverse cumsum, O(T) per row.
     """
-    values = require_float("values", values)
+    values = require_float("values", values, allow_nan=True)
     mask = require_mask("mask", mask)
     _same_shape(("values", values), ("mask", mask))
+    if torch.isnan(values[mask]).any():
+        raise ValueError("values: contains NaN at a masked-in position")
     return _suffix_sums_(values.detach().masked_fill(~mask, 0.0))
 
 

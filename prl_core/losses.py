@@ -135,7 +135,8 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     logits = require_float("logits", logits)
     if logits.dim() != 3:
         raise ValueError(f"logits: expected shape (B, T, V), got {tuple(logits.shape)}")
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    work = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits  # at least fp32
+    logp = torch.log_softmax(work, dim=-1)
     return -(logp.exp() * logp).sum(-1).to(logits.dtype)
 
 
