@@ -80,7 +80,10 @@ class AlgorithmConfig:
                     "responses up to 3,072 tokens: choose it relative to response length, 'inf' reproduces GRPO)"
                 )
             self.eta = _as_eta(self.eta)
-            self.step_split = str(parse_split(self.step_split if self.step_split is not None else "token"))
+            try:
+                self.step_split = str(parse_split(self.step_split if self.step_split is not None else "token"))
+            except ValueError as e:
+                raise ConfigError("step_split: " + str(e).removeprefix("split: ")) from None
             self.order = self.order or "advantage_first"
             if self.order not in ("advantage_first", "process_first"):
                 raise ConfigError(f"order: expected 'advantage_first' or 'process_first', got {self.order!r}")

@@ -1,0 +1,41 @@
+"""The `prl` console script, run as a user runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PRL = [sys.executable, "-m", "prl_core.cli"]
+
+
+def run(*args):
+    return subprocess.run([*PRL, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def test_selfcheck_prints_the_worked_example_and_passes():
+    r = run("selfcheck")
+    assert r.returncode == 0, r.stderr
+    assert "p_11                           0.475367" in r.stdout
+    assert "V_prefix1[11]                  0.620115" in r.stdout
+    assert "C_closed_form                  0.357374" in r.stdout
+    assert "selfcheck: all checks passed" in r.stdout
+    assert "MISMATCH" not in r.stdout and "FAILED" not in r.stdout
+
+
+def test_help_explains_the_commands():
+    r = run("--help")
+    assert r.returncode == 0 and "selfcheck" in r.stdout and "config" in r.stdout
+    r = run("selfcheck", "--help")
+    assert "worked example" in r.stdout
+
+
+def test_config_check_reports_the_fix(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algorithm:\n  estimator: grpo\n  step_split: fixed:256\n")
+    r = run("config", "check", str(bad))
+    assert r.returncode == 2
+    assert "bad.yaml: step_split: only used by the PRL estimator" in r.stderr
+    r = run("config", "check", "configs/algorithm/prl.yaml")
+    assert r.returncode == 0 and '"step_split": "fixed:256"' in r.stdout

@@ -1,0 +1,86 @@
+"""AlgorithmConfig: defaults, cross-field rules with fix-it messages, YAML errors naming file and key."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from prl_core import AlgorithmConfig, ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_prl_defaults_resolve():
+    cfg = AlgorithmConfig(eta=150)
+    assert (cfg.step_split, cfg.order, cfg.normalize_std, cfg.eta) == ("token", "advantage_first", True, 150.0)
+    assert AlgorithmConfig(estimator="dr_grpo").normalize_std is False
+    assert AlgorithmConfig(estimator="prl", eta="inf").eta == math.inf
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(estimator="grpo", step_split="fixed:256"), r"step_split: only used by the PRL estimator.*Set estimator: prl"),
+        (dict(estimator="raft", eta=100), r"eta: only used by the PRL estimator"),
+        (dict(estimator="grpo", order="process_first"), r"order: only used"),
+        (dict(estimator="prl"), r"eta: required when estimator is 'prl'"),
+        (dict(eta=0), r"eta: must be > 0"),
+        (dict(eta=-3.0), r"eta: must be > 0"),
+        (dict(eta=float("nan")), r"eta: must be > 0"),
+        (dict(eta=100, step_split="lines"), r"step_split: unknown split 'lines'"),
+        (dict(eta=100, order="sideways"), r"order: expected"),
+        (dict(eta=100, clip_low=1.2), r"clip_low: must be in \(0, 1\)"),
+        (dict(eta=100, clip_low=0.0), r"clip_low"),
+        (dict(eta=100, clip_high=-0.1), r"clip_high: must be > 0"),
+        (dict(eta=100, dual_clip=0.5), r"dual_clip: must be > 1"),
+        (dict(estimator="dr_grpo", normalize_std=True), r"normalize_std: dr_grpo is defined without"),
+        (dict(eta=100, n_samples=1), r"n_samples: prl needs a group of at least 2"),
+        (dict(estimator="ppo"), r"estimator: unknown 'ppo'"),
+        (dict(eta=100, loss_agg="sum"), r"loss_agg"),
+        (dict(eta=100, kl_loss_coef=-1), r"kl_loss_coef"),
+    ],
+)
+def test_invalid_combinations_explain_the_fix(kwargs, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        AlgorithmConfig(**kwargs)
+
+
+def test_every_field_has_a_one_line_doc():
+    src = (ROOT / "prl_core" / "config.py").read_text()
+    for f in dataclasses.fields(AlgorithmConfig):
+        line = next(l for l in src.splitlines() if l.strip().startswith(f"{f.name}:"))
+        following = src.splitlines()[src.splitlines().index(line) + 1].strip()
+        assert following.startswith('"""') and following.endswith('"""') and len(following) > 10, f.name
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "algorithm").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_are_valid(path):
+    cfg = AlgorithmConfig.from_yaml(path)
+    assert cfg.estimator in path.stem
+
+
+def test_yaml_errors_name_file_line_and_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algorithm:\n  estimator: prl\n  eta: [1\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: line \d+ invalid YAML"):
+        AlgorithmConfig.from_yaml(bad)
+    bad.write_text("algorithm:\n  estimator: grpo\n  step_split: fixed:256\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: step_split: only used by the PRL estimator"):
+        AlgorithmConfig.from_yaml(bad)
+    bad.write_text("algorithm:\n  estimator: prl\n  eta: 100\n  etta: 3\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: unknown key\(s\) etta"):
+        AlgorithmConfig.from_yaml(bad)
+    bad.write_text("algorithm:\n  estimator: prl\n  eta: 100\n  clip_low: yes\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: clip_low: expected float, got bool"):
+        AlgorithmConfig.from_yaml(bad)
+    with pytest.raises(ConfigError, match=r"missing\.yaml: no such config file"):
+        AlgorithmConfig.from_yaml(tmp_path / "missing.yaml")
+
+
+def test_to_dict_round_trips():
+    cfg = AlgorithmConfig(eta="inf", step_split="text:\\n\\n", order="process_first")
+    again = AlgorithmConfig.from_dict(cfg.to_dict())
+    assert again == cfg
