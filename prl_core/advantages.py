@@ -128,14 +128,19 @@ def fill_segments(values: torch.Tensor, boundaries: torch.Tensor, mask: torch.Te
     return _fill(values.reshape(-1)[pos], pos, boundaries, mask)
 
 
-def _boundary_positions(boundaries: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Row-major flat positions (K,) of the boundaries, after checking they fit the mask."""
+def _boundary_positions(boundaries: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor | None = None) -> torch.Tensor:
+    """Row-major flat positions (K,) of the boundaries, after checking they fit the mask.
+
+    ``mask_f``: ``mask`` as a 0/1 float tensor, if the caller has one (saves a conversion).
+    """
     B, T = mask.shape
     pos = torch.nonzero(boundaries.reshape(-1)).squeeze(1)
     if not bool(mask.reshape(-1)[pos].all()):
         raise ValueError("boundaries: marks positions outside mask (boundaries must be response tokens)")
-    cols = torch.arange(T, device=mask.device, dtype=torch.int32)
-    last_tok = (mask.view(torch.uint8) * cols).amax(-1)  # last response column (0 for an empty row)
+    if mask_f is None:
+        mask_f = mask.view(torch.uint8).to(torch.float32)
+    cols = torch.arange(T, device=mask.device, dtype=mask_f.dtype)
+    last_tok = (mask_f * cols).amax(-1).long()  # last response column (0 for an empty row)
     has_tok = mask[:, 0] | (last_tok > 0)
     last_bnd = torch.full((B,), -1, dtype=torch.int64, device=mask.device)
     last_bnd.scatter_reduce_(0, pos // T, pos % T, "amax")
@@ -155,34 +160,33 @@ def _fill(
     boundaries: torch.Tensor,
     mask: torch.Tensor,
     out: torch.Tensor | None = None,
+    mask_f: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Spread boundary values (K,) at row-major flat positions ``pos`` (K,) over their segments.
 
     A token's segment index is the number of boundaries strictly before it in its row (one
-    exclusive cumsum); the values are laid out as a zero-padded (B, K_max + 1) table and
-    looked up. ``out`` (B, T), if given, is a scratch buffer that receives the result: reusing
-    buffers matters on CPU, where every fresh multi-MB tensor costs page faults.
+    exclusive int32 cumsum); the values are laid out as a zero-padded (B, K_max + 1) table and
+    gathered. ``out`` (B, T), if given, receives the result: reusing buffers matters on CPU,
+    where every fresh multi-MB tensor costs page faults. ``mask_f`` is ``mask`` as 0/1 in the
+    values' dtype, when the caller already has it (saves a conversion pass).
     """
     B, T = mask.shape
     row = pos // T
     counts = torch.bincount(row, minlength=B)
     width = (int(counts.max()) if B else 0) + 1
     rank = torch.arange(pos.numel(), device=pos.device) - (torch.cumsum(counts, 0) - counts)[row]
-    table = torch.zeros(B * width, dtype=at_boundaries.dtype, device=at_boundaries.device)
-    table[row * width + rank] = at_boundaries
+    table = torch.zeros(B, width, dtype=at_boundaries.dtype, device=at_boundaries.device)
+    table[row, rank] = at_boundaries
+    # Exclusive count = inclusive count of the row shifted right by one column. Past a row's
+    # last boundary it equals the row's total, which points at a zero of the table.
+    seg = torch.empty(B, T, dtype=torch.int32, device=mask.device)
+    if T:
+        seg[:, 0] = 0
+        torch.cumsum(boundaries[:, :-1].view(torch.uint8), -1, dtype=torch.int32, out=seg[:, 1:])
     if out is None:
         out = torch.empty(B, T, dtype=at_boundaries.dtype, device=at_boundaries.device)
-    # Exclusive count of boundaries before t (float cumsum: exact below 2**24, and fast); past a
-    # row's last boundary it equals the row's count, which points at a zero of the table.
-    seg = torch.empty(B, T, dtype=torch.float32, device=mask.device)
-    seg[:, 0] = 0.0
-    seg[:, 1:] = boundaries[:, :-1].view(torch.uint8)
-    torch.cumsum(seg, -1, out=seg)
-    index = seg.view(torch.int32)  # reuse the same bytes for the flat table index
-    index.copy_(seg)
-    index.add_(torch.arange(0, B * width, width, dtype=torch.int32, device=mask.device).unsqueeze(1))
-    torch.index_select(table, 0, index.view(-1), out=out.view(-1))
-    return out.mul_(mask.view(torch.uint8))
+    torch.gather(table, 1, seg.long(), out=out)
+    return out.mul_(mask_f if mask_f is not None else mask.view(torch.uint8))
 
 
 # ─── PRL ────────────────────────────────────────────────────────────────────────────
@@ -248,46 +252,69 @@ def prl_advantages(
         if t.shape != mask.shape:
             raise ValueError(f"{name}: expected shape {tuple(mask.shape)} (as mask), got {tuple(t.shape)}")
     group, n_groups = _dense_groups(require_group_ids("group_ids", group_ids, B))
+    T = mask.shape[1]
+    # 0/1 mask in the working dtype, made once: multiplying by it is the cheap way to mask.
+    # (bfloat16 would round column indices above 256 in the boundary check: use float32 there.)
+    mask_f = mask.view(torch.uint8).to(logp_old.dtype if logp_old.dtype != torch.bfloat16 else torch.float32)
     pos = None
     if boundaries is not None:
         boundaries = require_mask("boundaries", boundaries)
         _same_shape(("boundaries", boundaries), ("mask", mask))
-        pos = _boundary_positions(boundaries, mask)
+        pos = _boundary_positions(boundaries, mask, mask_f if T < 2**24 else None)
     rewards = rewards.detach().to(logp_old.dtype)
-    T = mask.shape[1]
 
-    # S/η on every response token (skipped entirely at η = ∞, so GRPO is reproduced exactly).
-    outside = ~mask
-    kl_to_go = None
+    # With k = log π_old − log π_ref on response tokens, C its inclusive prefix sum and Σ the row
+    # total, the suffix sum is S = Σ − C + k: one forward cumsum. (Skipped entirely at η = ∞, so
+    # GRPO is reproduced exactly.)
+    k = prefix = total = None
     if not math.isinf(eta):
-        k = torch.sub(logp_old.detach(), logp_ref.detach()).masked_fill_(outside, 0.0)
-        kl_to_go = _suffix_sums_(k)
-        _check_finite(kl_to_go, logp_old, logp_ref, mask)
-        kl_to_go.mul_(1.0 / eta)
+        k, prefix, total = _log_ratio_prefix(logp_old.detach(), logp_ref.detach(), mask, mask_f)
+
+    def kl_to_go_at(flat_pos: torch.Tensor) -> torch.Tensor:  # S/η at flat positions (K,)
+        r = flat_pos // T
+        return (total[r] - prefix.reshape(-1)[flat_pos] + k.reshape(-1)[flat_pos]) / eta
 
     if order == "advantage_first":
         adv = _group_normalize(rewards, group, n_groups, normalize_std=normalize_std, eps=eps) if B else rewards
-        if kl_to_go is None:
+        if k is None:
             return torch.where(mask, adv.unsqueeze(1), 0.0).to(logp_old.dtype)
         if pos is None:
-            rho = kl_to_go.neg_().add_(adv.unsqueeze(1))
-            return rho.mul_(mask.view(torch.uint8))
-        at_b = adv[pos // T] - kl_to_go.reshape(-1)[pos]
-        return _fill(at_b, pos, boundaries, mask, out=kl_to_go)
+            # ρ = A − (Σ − C + k)/η = (A − Σ/η) + (C − k)/η, in place on the prefix buffer
+            row_const = (adv - total / eta).unsqueeze(1)
+            return prefix.sub_(k).mul_(1.0 / eta).add_(row_const).mul_(mask_f)
+        at_b = adv[pos // T] - kl_to_go_at(pos)
+        return _fill(at_b, pos, boundaries, mask, out=prefix, mask_f=mask_f)
 
     # process first: per-boundary returns, normalized over the group's boundary values.
     if pos is None:
         boundaries = mask
         pos = torch.nonzero(mask.reshape(-1)).squeeze(1)
     row = pos // T
-    r = rewards[row] if kl_to_go is None else rewards[row] - kl_to_go.reshape(-1)[pos]
+    r = rewards[row] if k is None else rewards[row] - kl_to_go_at(pos)
     normed = _group_normalize(r, group[row], n_groups, normalize_std=normalize_std, eps=eps)
-    return _fill(normed, pos, boundaries, mask, out=kl_to_go)
+    return _fill(normed, pos, boundaries, mask, out=prefix, mask_f=mask_f)
 
 
-def _check_finite(kl_to_go: torch.Tensor, logp_old, logp_ref, mask) -> None:
-    """S at a row's first column sums the whole row: if it is finite, every response token was."""
-    if bool(torch.isfinite(kl_to_go[:, 0]).all()):
+def _log_ratio_prefix(logp_old: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor):
+    """k (B, T) = log-ratio on response tokens, 0 elsewhere; its inclusive prefix sum C (B, T); row totals (B,).
+
+    Multiplying by the 0/1 mask is the fast way to zero padding, but NaN·0 = NaN: if any row
+    total is not finite, padding held NaN/inf, so zero it properly and check the response tokens.
+    """
+    k = torch.sub(logp_old, logp_ref).mul_(mask_f)
+    prefix = torch.cumsum(k, -1)
+    total = prefix[:, -1].clone() if prefix.shape[1] else prefix.new_zeros(prefix.shape[0])
+    if not bool(torch.isfinite(total).all()):
+        k = torch.sub(logp_old, logp_ref).masked_fill_(~mask, 0.0)
+        prefix = torch.cumsum(k, -1)
+        total = prefix[:, -1].clone()
+        _check_finite(total, logp_old, logp_ref, mask)
+    return k, prefix, total
+
+
+def _check_finite(total: torch.Tensor, logp_old, logp_ref, mask) -> None:
+    """Row totals of the masked log-ratio are finite iff every response token's was."""
+    if bool(torch.isfinite(total).all()):
         return
     for name, t in (("logp_old", logp_old), ("logp_ref", logp_ref)):
         bad = mask & ~torch.isfinite(t)
