@@ -12,6 +12,7 @@ import math
 import torch
 
 from ._checks import require_choice, require_eta, require_float, require_group_ids, require_mask, require_tensor
+from .steps import StepSplit, parse_split, step_boundaries
 
 ORDERS = ("advantage_first", "process_first")
 
@@ -200,7 +201,7 @@ def prl_advantages(
     mask: torch.Tensor,
     *,
     eta: float,
-    boundaries: torch.Tensor | None = None,
+    boundaries: torch.Tensor | str | None = None,
     order: str = "advantage_first",
     normalize_std: bool = True,
     eps: float = 1e-6,
@@ -225,7 +226,10 @@ def prl_advantages(
         mask: (B, T) bool response-token mask. Values outside it are ignored (may be NaN).
         eta: inverse KL strength (> 0; ``math.inf`` switches the KL term off).
         boundaries: (B, T) bool step boundaries from :func:`prl_core.steps.step_boundaries`;
-            None means token level (every token is a step).
+            None means token level (every token is a step). A split string ``"token"`` or
+            ``"fixed:N"`` is also accepted and gives the same result; for ``fixed:N`` on a
+            right-padded mask (responses starting at column 0, the usual layout) it takes a
+            fast path that never materialises the boundary mask.
         order: ``"advantage_first"`` or ``"process_first"``.
         normalize_std: divide by the group std (False: Dr.GRPO-style centering only).
         eps: added to the std.
@@ -256,6 +260,22 @@ def prl_advantages(
     # 0/1 mask in the working dtype, made once: multiplying by it is the cheap way to mask.
     # (bfloat16 would round column indices above 256 in the boundary check: use float32 there.)
     mask_f = mask.view(torch.uint8).to(logp_old.dtype if logp_old.dtype != torch.bfloat16 else torch.float32)
+    if isinstance(boundaries, (str, StepSplit)):
+        split = parse_split(boundaries)
+        if split.kind == "text":
+            raise ValueError(
+                f"boundaries: a {str(split)!r} split needs each token's text; pass "
+                "step_boundaries(mask, split, token_texts) instead of the split string"
+            )
+        boundaries = None
+        if split.kind == "fixed":
+            lengths = _right_padded_lengths(mask, mask_f)
+            if lengths is not None:
+                return _prl_fixed_right_padded(
+                    rewards.detach().to(logp_old.dtype), group, n_groups, logp_old.detach(), logp_ref.detach(),
+                    mask, mask_f, lengths, split.every, eta=eta, order=order, normalize_std=normalize_std, eps=eps,
+                )
+            boundaries = step_boundaries(mask, split)
     pos = None
     if boundaries is not None:
         boundaries = require_mask("boundaries", boundaries)
@@ -293,6 +313,72 @@ def prl_advantages(
     r = rewards[row] if k is None else rewards[row] - kl_to_go_at(pos)
     normed = _group_normalize(r, group[row], n_groups, normalize_std=normalize_std, eps=eps)
     return _fill(normed, pos, boundaries, mask, out=prefix, mask_f=mask_f)
+
+
+def _right_padded_lengths(mask: torch.Tensor, mask_f: torch.Tensor) -> torch.Tensor | None:
+    """Row lengths (B,) long if every row's response is exactly columns 0..len−1, else None.
+
+    A row sum and one matrix-vector product give each row's count and sum of column indices; len distinct
+    non-negative columns sum to at least len(len−1)/2, with equality only for 0..len−1. Exact
+    in float32 while T(T−1)/2 < 2**24 (T ≤ 5,792); longer rows use float64.
+    """
+    B, T = mask.shape
+    dtype = torch.float32 if T * (T - 1) // 2 < 2**24 else torch.float64
+    m = mask_f if mask_f.dtype == dtype else mask.view(torch.uint8).to(dtype)
+    col_sum = torch.mv(m, torch.arange(T, dtype=dtype, device=mask.device))  # (B,) Σ column
+    lengths = m.sum(-1).long()
+    minimal = (lengths * (lengths - 1) // 2).to(dtype)
+    return lengths if bool((col_sum == minimal).all()) else None
+
+
+def _prl_fixed_right_padded(
+    rewards, group, n_groups, logp_old, logp_ref, mask, mask_f, lengths, every, *, eta, order, normalize_std, eps
+) -> torch.Tensor:
+    """``fixed:N`` PRL weights for right-padded rows, computed per chunk of N columns.
+
+    Row i's steps are the column chunks [cN, (c+1)N) that hold response tokens; each ends at
+    column min((c+1)N, len_i) − 1. Values are taken there and broadcast over the chunk.
+    """
+    B, T = mask.shape
+    n_chunks = -(-T // every)
+    chunk = torch.arange(n_chunks, device=mask.device)
+    ends = torch.minimum((chunk + 1) * every, lengths.unsqueeze(1)) - 1  # (B, C) boundary column
+    valid = (chunk * every).unsqueeze(0) < lengths.unsqueeze(1)  # (B, C) chunk holds tokens
+    ends.clamp_(min=0)
+    if math.isinf(eta):
+        kl_at = torch.zeros(B, n_chunks, dtype=logp_old.dtype, device=mask.device)
+        out = torch.empty_like(logp_old)
+    else:
+        # Rows are right-padded, so the prefix sum up to column len−1 never touches padding:
+        # no masking pass is needed, and S_b = C_{len−1} − C_b + k_b.
+        # One (B, T) buffer: k, then its prefix sum in place, then the output.
+        buf = torch.sub(logp_old, logp_ref)
+        k_at = buf.gather(1, ends)
+        torch.cumsum(buf, -1, out=buf)
+        total = buf.gather(1, (lengths - 1).clamp_(min=0).unsqueeze(1))  # (B, 1)
+        total.masked_fill_((lengths == 0).unsqueeze(1), 0.0)
+        _check_finite(total.squeeze(1), logp_old, logp_ref, mask)
+        kl_at = (total - buf.gather(1, ends) + k_at) / eta
+        out = buf
+    if order == "advantage_first":
+        adv = _group_normalize(rewards, group, n_groups, normalize_std=normalize_std, eps=eps) if B else rewards
+        values = adv.unsqueeze(1) - kl_at
+    else:
+        raw = rewards.unsqueeze(1) - kl_at
+        owner = group.unsqueeze(1).expand(B, n_chunks)
+        values = torch.zeros_like(raw)
+        values[valid] = _group_normalize(raw[valid], owner[valid], n_groups, normalize_std=normalize_std, eps=eps)
+    values = values.to(out.dtype)
+    mask_o = mask_f if mask_f.dtype == out.dtype else mask.view(torch.uint8).to(out.dtype)
+    full = T // every  # whole chunks; a last partial chunk is written separately
+    if full:
+        torch.mul(
+            values[:, :full].unsqueeze(2), mask_o[:, : full * every].view(B, full, every),
+            out=out[:, : full * every].view(B, full, every),
+        )
+    if T > full * every:
+        torch.mul(values[:, full:full + 1], mask_o[:, full * every:], out=out[:, full * every:])
+    return out
 
 
 def _log_ratio_prefix(logp_old: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor):

@@ -71,10 +71,14 @@ def dr_grpo(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfi
 
 @register("prl", uses_steps=True)
 def prl(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfig, boundaries=None):
-    """PRL: ρ = A − S/η (or process-first), filled over step segments."""
+    """PRL: ρ = A − S/η (or process-first), filled over step segments.
+
+    Without explicit ``boundaries`` the config's ``step_split`` string is used (``token`` and
+    ``fixed:N`` need nothing else; ``text:`` splits need boundaries from the token texts).
+    """
     return prl_advantages(
         rewards, group_ids, logp_old, logp_ref, mask,
-        eta=cfg.eta, boundaries=boundaries, order=cfg.order,
+        eta=cfg.eta, boundaries=boundaries if boundaries is not None else cfg.step_split, order=cfg.order,
         normalize_std=bool(cfg.normalize_std), eps=cfg.eps,
     )
 

@@ -175,3 +175,38 @@ def test_empty_batch_and_empty_rows():
     out = prl_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), torch.randn(2, 2), torch.randn(2, 2), mask,
                          eta=1.0, boundaries=step_boundaries(mask, "fixed:5"))
     assert out[0].tolist() == [0.0, 0.0]
+
+
+@given(
+    batches(),
+    st.sampled_from([0.5, 50.0, math.inf]),
+    st.sampled_from(["token", "fixed:1", "fixed:2", "fixed:3", "fixed:4", "fixed:64"]),
+    st.sampled_from(["advantage_first", "process_first"]),
+)
+def test_split_string_equals_explicit_boundaries(batch, eta, split, order):
+    """The fixed:N fast path (right-padded rows) and the general path agree with the loop."""
+    mask = batch["mask"]
+    args = (batch["rewards"], batch["groups"], batch["old"], batch["ref"], mask)
+    by_string = prl_advantages(*args, eta=eta, boundaries=split, order=order)
+    bnd = step_boundaries(mask, split)
+    by_tensor = prl_advantages(*args, eta=eta, boundaries=bnd, order=order)
+    torch.testing.assert_close(by_string, by_tensor, rtol=1e-12, atol=1e-12)
+    want = loops.prl(batch["rewards"].tolist(), batch["groups"].tolist(), batch["old"].tolist(),
+                     batch["ref"].tolist(), mask.tolist(), eta, bnd.tolist(), order)
+    _close(by_string, want, rtol=1e-7, atol=1e-7)
+
+
+def test_fixed_fast_path_on_a_right_padded_batch_keeps_exact_zeros():
+    # right-padded rows take the chunked path; the zero-valued step must stay exactly 0
+    rewards = torch.tensor([0.5], dtype=torch.float64)
+    old = torch.tensor([[0.3, 0.25, 0.1, 0.2, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, True, True, False]])
+    got = prl_advantages(rewards, torch.tensor([0]), old, torch.zeros_like(old), mask, eta=1.1, boundaries="fixed:2")
+    assert abs(got[0, 0].item()) < 1e-15 and abs(got[0, 1].item()) < 1e-15
+    assert got[0, 4].item() == 0.0
+
+
+def test_text_split_string_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match=r"^boundaries: a 'text:\\\\n\\\\n' split needs each token's text"):
+        prl_advantages(torch.tensor([1.0]), torch.tensor([0]), torch.zeros(1, 3), torch.zeros(1, 3),
+                       torch.ones(1, 3, dtype=torch.bool), eta=1.0, boundaries="text:\\n\\n")
