@@ -94,3 +94,16 @@ def test_other_functions_name_their_arguments():
         ppo_clip_loss(torch.randn(2, 3), torch.randn(2, 3), torch.randn(2, 3), torch.ones(2, 3, dtype=torch.bool), agg="sum")
     with pytest.raises(ValueError, match="^boundaries: expected a torch.bool mask"):
         fill_segments(torch.randn(2, 3), torch.ones(2, 3), torch.ones(2, 3, dtype=torch.bool))
+
+
+def test_fixed_fast_path_ignores_nan_padding_and_names_nan_in_the_response():
+    g = good()
+    g["mask"][:, 4:] = False  # right-padded rows: the fixed:N fast path
+    g["logp_old"][:, 4:] = float("nan")
+    g["logp_ref"][1, 5] = float("-inf")
+    out = prl_advantages(**g, eta=10.0, boundaries="fixed:2")
+    assert torch.isfinite(out).all() and (out[:, 4:] == 0).all()
+    torch.testing.assert_close(out, prl_advantages(**g, eta=10.0, boundaries=step_boundaries(g["mask"], "fixed:2")))
+    g["logp_ref"][3, 1] = float("inf")
+    with pytest.raises(ValueError, match=r"^logp_ref: non-finite value inf at response token \(row 3, column 1\)"):
+        prl_advantages(**g, eta=10.0, boundaries="fixed:2")

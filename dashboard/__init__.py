@@ -1,0 +1,1 @@
+"""Streamlit + Plotly dashboard over the DuckDB store (issue 6). Nothing is defined here yet."""
