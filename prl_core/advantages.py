@@ -62,8 +62,8 @@ def group_advantages(
         eps: added to the std.
 
     Returns:
-        (B,) advantages in the dtype of ``rewards``. A group of one gives A = R; a group whose
-        rewards are all equal gives exactly 0.
+        (B,) advantages in the dtype of ``rewards`` (float32 for half-precision rewards). A group
+        of one gives A = R; a group whose rewards are all equal gives exactly 0.
     """
     rewards = require_float("rewards", rewards)
     if rewards.dim() != 1:
@@ -71,9 +71,15 @@ def group_advantages(
     if torch.isinf(rewards).any():
         raise ValueError("rewards: contains inf")
     group, n_groups = _dense_groups(require_group_ids("group_ids", group_ids, rewards.shape[0]))
+    rewards = rewards.detach().to(_stat_dtype(rewards.dtype))
     if rewards.numel() == 0:
         return rewards.clone()
-    return _group_normalize(rewards.detach(), group, n_groups, normalize_std=normalize_std, eps=eps)
+    return _group_normalize(rewards, group, n_groups, normalize_std=normalize_std, eps=eps)
+
+
+def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Group statistics and sums run in at least float32 (bf16 counts stop at 256)."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 # ─── suffix sums and segment fill ───────────────────────────────────────────────────
@@ -91,7 +97,7 @@ def suffix_sums(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """
     values = require_float("values", values, allow_nan=True)
     mask = require_mask("mask", mask)
-    _same_shape(("values", values), ("mask", mask))
+    _same_shape(("mask", mask), ("values", values))
     if torch.isnan(values[mask]).any():
         raise ValueError("values: contains NaN at a masked-in position")
     return _suffix_sums_(values.detach().masked_fill(~mask, 0.0))
@@ -109,6 +115,7 @@ def _suffix_sums_(masked: torch.Tensor) -> torch.Tensor:
     return c.sub_(total).neg_().add_(masked)
 
 
+@torch.no_grad()
 def fill_segments(values: torch.Tensor, boundaries: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Give each response token the value at the next boundary at or after it.
 
@@ -124,7 +131,10 @@ def fill_segments(values: torch.Tensor, boundaries: torch.Tensor, mask: torch.Te
     values = require_float("values", values)
     mask = require_mask("mask", mask)
     boundaries = require_mask("boundaries", boundaries)
-    _same_shape(("values", values), ("mask", mask), ("boundaries", boundaries))
+    _same_shape(("mask", mask), ("values", values), ("boundaries", boundaries))
+    values = values.detach()
+    if mask.shape[1] == 0:
+        return values.clone()
     pos = _boundary_positions(boundaries, mask)
     return _fill(values.reshape(-1)[pos], pos, boundaries, mask)
 
@@ -138,8 +148,9 @@ def _boundary_positions(boundaries: torch.Tensor, mask: torch.Tensor, mask_f: to
     pos = torch.nonzero(boundaries.reshape(-1)).squeeze(1)
     if not bool(mask.reshape(-1)[pos].all()):
         raise ValueError("boundaries: marks positions outside mask (boundaries must be response tokens)")
-    if mask_f is None:
-        mask_f = mask.view(torch.uint8).to(torch.float32)
+    exact = torch.float32 if T < 2**24 else torch.float64  # column indices must be exact
+    if mask_f is None or mask_f.dtype not in (torch.float32, torch.float64) or (exact == torch.float64 and mask_f.dtype != exact):
+        mask_f = mask.view(torch.uint8).to(exact)
     cols = torch.arange(T, device=mask.device, dtype=mask_f.dtype)
     last_tok = (mask_f * cols).amax(-1).long()  # last response column (0 for an empty row)
     has_tok = mask[:, 0] | (last_tok > 0)
@@ -257,9 +268,18 @@ def prl_advantages(
             raise ValueError(f"{name}: expected shape {tuple(mask.shape)} (as mask), got {tuple(t.shape)}")
     group, n_groups = _dense_groups(require_group_ids("group_ids", group_ids, B))
     T = mask.shape[1]
+    out_dtype = logp_old.dtype
+    # Arithmetic runs in at least float32 whatever the inputs (half-precision sums and counts
+    # round badly); the result is cast back to logp_old's dtype at the end.
+    work = _stat_dtype(torch.promote_types(logp_old.dtype, logp_ref.dtype))
+    old_w, ref_w = logp_old.detach().to(work), logp_ref.detach().to(work)
+    rewards = rewards.detach().to(_stat_dtype(rewards.dtype))
+    if T == 0:
+        if isinstance(boundaries, (str, StepSplit)):
+            parse_split(boundaries)
+        return torch.zeros(B, 0, dtype=out_dtype, device=mask.device)
     # 0/1 mask in the working dtype, made once: multiplying by it is the cheap way to mask.
-    # (bfloat16 would round column indices above 256 in the boundary check: use float32 there.)
-    mask_f = mask.view(torch.uint8).to(logp_old.dtype if logp_old.dtype != torch.bfloat16 else torch.float32)
+    mask_f = mask.view(torch.uint8).to(work)
     if isinstance(boundaries, (str, StepSplit)):
         split = parse_split(boundaries)
         if split.kind == "text":
@@ -272,23 +292,22 @@ def prl_advantages(
             lengths = _right_padded_lengths(mask, mask_f)
             if lengths is not None:
                 return _prl_fixed_right_padded(
-                    rewards.detach().to(logp_old.dtype), group, n_groups, logp_old.detach(), logp_ref.detach(),
-                    mask, mask_f, lengths, split.every, eta=eta, order=order, normalize_std=normalize_std, eps=eps,
-                )
+                    rewards, group, n_groups, old_w, ref_w, mask, mask_f, lengths, split.every,
+                    eta=eta, order=order, normalize_std=normalize_std, eps=eps, originals=(logp_old, logp_ref),
+                ).to(out_dtype)
             boundaries = step_boundaries(mask, split)
     pos = None
     if boundaries is not None:
         boundaries = require_mask("boundaries", boundaries)
-        _same_shape(("boundaries", boundaries), ("mask", mask))
-        pos = _boundary_positions(boundaries, mask, mask_f if T < 2**24 else None)
-    rewards = rewards.detach().to(logp_old.dtype)
+        _same_shape(("mask", mask), ("boundaries", boundaries))
+        pos = _boundary_positions(boundaries, mask, mask_f)
 
     # With k = log π_old − log π_ref on response tokens, C its inclusive prefix sum and Σ the row
     # total, the suffix sum is S = Σ − C + k: one forward cumsum. (Skipped entirely at η = ∞, so
     # GRPO is reproduced exactly.)
     k = prefix = total = None
     if not math.isinf(eta):
-        k, prefix, total = _log_ratio_prefix(logp_old.detach(), logp_ref.detach(), mask, mask_f)
+        k, prefix, total = _log_ratio_prefix(old_w, ref_w, mask, mask_f, originals=(logp_old, logp_ref))
 
     def kl_to_go_at(flat_pos: torch.Tensor) -> torch.Tensor:  # S/η at flat positions (K,)
         r = flat_pos // T
@@ -296,23 +315,25 @@ def prl_advantages(
 
     if order == "advantage_first":
         adv = _group_normalize(rewards, group, n_groups, normalize_std=normalize_std, eps=eps) if B else rewards
-        if k is None:
-            return torch.where(mask, adv.unsqueeze(1), 0.0).to(logp_old.dtype)
+        if k is None:  # exactly group_advantages(rewards) broadcast over the response
+            return torch.where(mask, adv.to(out_dtype).unsqueeze(1), 0.0).to(out_dtype)
+        adv = adv.to(work)
         if pos is None:
             # ρ = A − (Σ − C + k)/η = (A − Σ/η) + (C − k)/η, in place on the prefix buffer
             row_const = (adv - total / eta).unsqueeze(1)
-            return prefix.sub_(k).mul_(1.0 / eta).add_(row_const).mul_(mask_f)
+            return prefix.sub_(k).mul_(1.0 / eta).add_(row_const).mul_(mask_f).to(out_dtype)
         at_b = adv[pos // T] - kl_to_go_at(pos)
-        return _fill(at_b, pos, boundaries, mask, out=prefix, mask_f=mask_f)
+        return _fill(at_b, pos, boundaries, mask, out=prefix, mask_f=mask_f).to(out_dtype)
 
     # process first: per-boundary returns, normalized over the group's boundary values.
     if pos is None:
         boundaries = mask
         pos = torch.nonzero(mask.reshape(-1)).squeeze(1)
     row = pos // T
+    rewards = rewards.to(work)
     r = rewards[row] if k is None else rewards[row] - kl_to_go_at(pos)
     normed = _group_normalize(r, group[row], n_groups, normalize_std=normalize_std, eps=eps)
-    return _fill(normed, pos, boundaries, mask, out=prefix, mask_f=mask_f)
+    return _fill(normed, pos, boundaries, mask, out=prefix, mask_f=mask_f).to(out_dtype)
 
 
 def _right_padded_lengths(mask: torch.Tensor, mask_f: torch.Tensor) -> torch.Tensor | None:
@@ -332,7 +353,8 @@ def _right_padded_lengths(mask: torch.Tensor, mask_f: torch.Tensor) -> torch.Ten
 
 
 def _prl_fixed_right_padded(
-    rewards, group, n_groups, logp_old, logp_ref, mask, mask_f, lengths, every, *, eta, order, normalize_std, eps
+    rewards, group, n_groups, logp_old, logp_ref, mask, mask_f, lengths, every, *, eta, order, normalize_std, eps,
+    originals,
 ) -> torch.Tensor:
     """``fixed:N`` PRL weights for right-padded rows, computed per chunk of N columns.
 
@@ -357,14 +379,14 @@ def _prl_fixed_right_padded(
         torch.cumsum(buf, -1, out=buf)
         total = buf.gather(1, (lengths - 1).clamp_(min=0).unsqueeze(1))  # (B, 1)
         total.masked_fill_((lengths == 0).unsqueeze(1), 0.0)
-        _check_finite(total.squeeze(1), logp_old, logp_ref, mask)
+        _check_finite(total.squeeze(1), *originals, mask)
         kl_at = (total - buf.gather(1, ends) + k_at) / eta
         out = buf
     if order == "advantage_first":
         adv = _group_normalize(rewards, group, n_groups, normalize_std=normalize_std, eps=eps) if B else rewards
-        values = adv.unsqueeze(1) - kl_at
+        values = adv.to(kl_at.dtype).unsqueeze(1) - kl_at
     else:
-        raw = rewards.unsqueeze(1) - kl_at
+        raw = rewards.to(kl_at.dtype).unsqueeze(1) - kl_at
         owner = group.unsqueeze(1).expand(B, n_chunks)
         values = torch.zeros_like(raw)
         values[valid] = _group_normalize(raw[valid], owner[valid], n_groups, normalize_std=normalize_std, eps=eps)
@@ -381,7 +403,7 @@ def _prl_fixed_right_padded(
     return out
 
 
-def _log_ratio_prefix(logp_old: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor):
+def _log_ratio_prefix(logp_old: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor, originals):
     """k (B, T) = log-ratio on response tokens, 0 elsewhere; its inclusive prefix sum C (B, T); row totals (B,).
 
     Multiplying by the 0/1 mask is the fast way to zero padding, but NaN·0 = NaN: if any row
@@ -394,7 +416,7 @@ def _log_ratio_prefix(logp_old: torch.Tensor, logp_ref: torch.Tensor, mask: torc
         k = torch.sub(logp_old, logp_ref).masked_fill_(~mask, 0.0)
         prefix = torch.cumsum(k, -1)
         total = prefix[:, -1].clone()
-        _check_finite(total, logp_old, logp_ref, mask)
+        _check_finite(total, *originals, mask)
     return k, prefix, total
 
 
@@ -411,6 +433,7 @@ def _check_finite(total: torch.Tensor, logp_old, logp_ref, mask) -> None:
 
 
 def _same_shape(*named: tuple[str, torch.Tensor]) -> None:
+    """The first (name, tensor) is the reference; a mismatch names the other argument."""
     (n0, t0), *rest = named
     for n, t in rest:
         if t.shape != t0.shape:

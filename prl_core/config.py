@@ -64,6 +64,11 @@ class AlgorithmConfig:
 
     # ── validation ─────────────────────────────────────────────────────────────────
     def _validate(self) -> None:
+        for f in fields(self):
+            _check_type(f.name, getattr(self, f.name), f.type)
+        for name in ("eps", "clip_low", "clip_high", "kl_loss_coef", "raft_threshold"):
+            if not math.isfinite(getattr(self, name)):
+                raise ConfigError(f"{name}: must be a finite number, got {getattr(self, name)}")
         if self.estimator not in ESTIMATOR_NAMES:
             raise ConfigError(f"estimator: unknown {self.estimator!r}; choose one of {', '.join(ESTIMATOR_NAMES)}")
         if self.estimator != "prl":
@@ -96,8 +101,8 @@ class AlgorithmConfig:
             self.normalize_std = False
         elif self.normalize_std is None:
             self.normalize_std = True
-        if not (isinstance(self.eps, (int, float)) and self.eps >= 0):
-            raise ConfigError(f"eps: must be a number >= 0, got {self.eps!r}")
+        if not self.eps >= 0:
+            raise ConfigError(f"eps: must be >= 0, got {self.eps!r}")
         if not (isinstance(self.n_samples, int) and not isinstance(self.n_samples, bool) and self.n_samples >= 1):
             raise ConfigError(f"n_samples: must be an integer >= 1, got {self.n_samples!r}")
         if self.estimator in ("grpo", "dr_grpo", "prl") and self.n_samples < 2:
@@ -128,8 +133,6 @@ class AlgorithmConfig:
         unknown = sorted(set(data) - set(known))
         if unknown:
             raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(known)}")
-        for key, value in data.items():
-            _check_type(source, key, value, known[key].type)
         try:
             return cls(**data)
         except ConfigError as e:
@@ -169,7 +172,7 @@ def _as_eta(value: Any) -> float:
     return value
 
 
-def _check_type(source: str, key: str, value: Any, annotation: Any) -> None:
+def _check_type(key: str, value: Any, annotation: Any) -> None:
     """Check a YAML value against the field's annotation (``float | None`` etc.); bools are not numbers."""
     ok = key == "eta" and isinstance(value, str)  # eta: 'inf' is spelled as a string in YAML
     for part in str(annotation).split("|"):
@@ -183,4 +186,4 @@ def _check_type(source: str, key: str, value: Any, annotation: Any) -> None:
             or (part == "float" and is_number)
         )
     if not ok:
-        raise ConfigError(f"{source}: {key}: expected {annotation}, got {type(value).__name__} {value!r}")
+        raise ConfigError(f"{key}: expected {annotation}, got {type(value).__name__} {value!r}")

@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from ._checks import require_float, require_mask, require_tensor
 from .advantages import group_advantages, prl_advantages, raft_select
 from .config import AlgorithmConfig
 
@@ -55,9 +56,26 @@ def _broadcast(adv: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> tor
     return torch.where(mask, adv.to(dtype).unsqueeze(1), 0.0).to(dtype)
 
 
+def _check_batch(rewards, logp_old, logp_ref, mask) -> None:
+    """The checks prl_advantages makes, for the estimators that do not read the log-probs."""
+    rewards = require_float("rewards", rewards)
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards: expected shape (B,), got {tuple(rewards.shape)}")
+    mask = require_mask("mask", mask)
+    if mask.shape[0] != rewards.shape[0]:
+        raise ValueError(f"mask: expected {rewards.shape[0]} rows (one per reward), got shape {tuple(mask.shape)}")
+    for name, t in (("logp_old", logp_old), ("logp_ref", logp_ref)):
+        require_tensor(name, t)
+        if not t.is_floating_point():
+            raise ValueError(f"{name}: expected a floating-point tensor, got dtype {t.dtype}")
+        if t.shape != mask.shape:
+            raise ValueError(f"{name}: expected shape {tuple(mask.shape)} (as mask), got {tuple(t.shape)}")
+
+
 @register("grpo")
 def grpo(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfig, boundaries=None):
     """GRPO: group outcome advantage (std-normalised) on every response token."""
+    _check_batch(rewards, logp_old, logp_ref, mask)
     adv = group_advantages(rewards, group_ids, normalize_std=True, eps=cfg.eps)
     return _broadcast(adv, mask, logp_old.dtype)
 
@@ -65,6 +83,7 @@ def grpo(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfig, 
 @register("dr_grpo")
 def dr_grpo(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfig, boundaries=None):
     """Dr.GRPO: group-centred reward, no std division."""
+    _check_batch(rewards, logp_old, logp_ref, mask)
     adv = group_advantages(rewards, group_ids, normalize_std=False, eps=cfg.eps)
     return _broadcast(adv, mask, logp_old.dtype)
 
@@ -86,6 +105,7 @@ def prl(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfig, b
 @register("raft", loss="sft")
 def raft(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfig, boundaries=None):
     """RAFT: weight 1 on the tokens of correct responses, 0 elsewhere (fine-tuned with SFT)."""
+    _check_batch(rewards, logp_old, logp_ref, mask)
     keep = raft_select(rewards, group_ids, threshold=cfg.raft_threshold)
     return _broadcast(keep.to(logp_old.dtype), mask, logp_old.dtype)
 

@@ -17,9 +17,11 @@ LOG_RATIO_CLAMP = 20.0  # |log w| is clamped before exp, as verl does, so w neve
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``x`` (B, T) over True positions of ``mask`` (B, T); 0 when the mask is empty."""
-    m = mask.to(x.dtype)
-    return (x * m).sum() / m.sum().clamp_min(1.0)
+    """Mean of ``x`` (B, T) over True positions of ``mask`` (B, T); 0 when the mask is empty.
+
+    Values outside the mask never reach the result, even when they are NaN or ±inf.
+    """
+    return torch.where(mask, x, 0.0).sum() / mask.sum().clamp_min(1).to(x.dtype)
 
 
 def aggregate(losses: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.Tensor:
@@ -30,11 +32,11 @@ def aggregate(losses: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.Tenso
     at least one token (the paper's Algorithm 1).
     """
     agg = require_choice("agg", agg, AGGREGATIONS)
-    m = mask.to(losses.dtype)
+    kept = torch.where(mask, losses, 0.0)  # padding never contributes, even as NaN/inf
     if agg == "token-mean":
-        return (losses * m).sum() / m.sum().clamp_min(1.0)
-    per_seq_tokens = m.sum(-1)
-    per_seq = (losses * m).sum(-1) / per_seq_tokens.clamp_min(1.0)
+        return kept.sum() / mask.sum().clamp_min(1).to(losses.dtype)
+    per_seq_tokens = mask.sum(-1).to(losses.dtype)
+    per_seq = kept.sum(-1) / per_seq_tokens.clamp_min(1.0)
     has = (per_seq_tokens > 0).to(losses.dtype)
     return (per_seq * has).sum() / has.sum().clamp_min(1.0)
 
@@ -74,13 +76,19 @@ def ppo_clip_loss(
         logp_old − logp), ``actor/ratio_mean`` and, with logits, ``actor/entropy``.
     """
     mask = require_mask("mask", mask)
-    logp = require_float("logp", logp, tuple(mask.shape))
-    logp_old = require_float("logp_old", logp_old, tuple(mask.shape)).detach()
-    advantages = require_float("advantages", advantages, tuple(mask.shape)).detach()
+    logp = _masked_float("logp", logp, mask)
+    logp_old = _masked_float("logp_old", logp_old, mask).detach()
+    advantages = _masked_float("advantages", advantages, mask).detach()
     agg = require_choice("agg", agg, AGGREGATIONS)
     _check_clip(clip_low, clip_high, dual_clip)
+    if logits is not None:
+        logits = require_float("logits", logits)
+        if logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(mask.shape):
+            raise ValueError(f"logits: expected shape {tuple(mask.shape)} + (V,), got {tuple(logits.shape)}")
 
-    log_ratio = torch.clamp(logp - logp_old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    # Padding may hold anything (e.g. -inf log-probs): zero it before it meets exp or a product.
+    advantages = torch.where(mask, advantages, 0.0)
+    log_ratio = torch.clamp(torch.where(mask, logp - logp_old, 0.0), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
@@ -109,6 +117,15 @@ def ppo_clip_loss(
     return loss, metrics
 
 
+def _masked_float(name: str, x: object, mask: torch.Tensor) -> torch.Tensor:
+    """A float tensor shaped like ``mask`` with no NaN on masked-in positions (padding is free)."""
+    t = require_float(name, x, tuple(mask.shape), allow_nan=True)
+    if bool(torch.isnan(t.detach()[mask]).any()):
+        b, j = (int(i) for i in torch.nonzero(torch.isnan(t.detach()) & mask)[0])
+        raise ValueError(f"{name}: NaN at response token (row {b}, column {j})")
+    return t
+
+
 def _check_clip(clip_low: float, clip_high: float, dual_clip: float | None) -> None:
     if not 0.0 < clip_low < 1.0:
         raise ValueError(f"clip_low: must be in (0, 1), got {clip_low}")
@@ -126,8 +143,8 @@ def sft_loss(logp: torch.Tensor, mask: torch.Tensor, *, agg: str = "token-mean")
         mask: (B, T) bool; for RAFT, response tokens of the selected responses only.
     """
     mask = require_mask("mask", mask)
-    logp = require_float("logp", logp, tuple(mask.shape))
-    return aggregate(-logp, mask, agg)
+    logp = _masked_float("logp", logp, mask)
+    return aggregate(-torch.where(mask, logp, 0.0), mask, agg)
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -137,7 +154,9 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"logits: expected shape (B, T, V), got {tuple(logits.shape)}")
     work = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits  # at least fp32
     logp = torch.log_softmax(work, dim=-1)
-    return -(logp.exp() * logp).sum(-1).to(logits.dtype)
+    p = logp.exp()
+    # 0·log 0 = 0: tokens masked out of the vocabulary (logit −inf) add nothing
+    return -torch.where(p > 0, p * logp, 0.0).sum(-1).to(logits.dtype)
 
 
 def kl_penalty(logp: torch.Tensor, logp_ref: torch.Tensor, kind: str = "k3") -> torch.Tensor:

@@ -86,6 +86,8 @@ def _unescape(s: str) -> str:
 def last_response_token(mask: torch.Tensor) -> torch.Tensor:
     """Bool (B, T): True at the last True of each row of ``mask`` (B, T); rows without any have none."""
     T = mask.shape[-1]
+    if T == 0:
+        return mask.clone()
     pos = torch.arange(T, device=mask.device)
     last = torch.where(mask, pos, -1).amax(dim=-1, keepdim=True)  # (B, 1), -1 for empty rows
     return (pos == last) & mask

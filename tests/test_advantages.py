@@ -210,3 +210,48 @@ def test_text_split_string_is_refused_with_the_fix():
     with pytest.raises(ValueError, match=r"^boundaries: a 'text:\\\\n\\\\n' split needs each token's text"):
         prl_advantages(torch.tensor([1.0]), torch.tensor([0]), torch.zeros(1, 3), torch.zeros(1, 3),
                        torch.ones(1, 3, dtype=torch.bool), eta=1.0, boundaries="text:\\n\\n")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("order", ["advantage_first", "process_first"])
+def test_half_precision_inputs_compute_in_float32(dtype, order):
+    """Group counts/sums in bf16 stop at 256: the arithmetic must run in float32 and only the
+    result be rounded to the input dtype."""
+    gen = torch.Generator().manual_seed(5)
+    B, T = 8, 1000
+    rewards = torch.tensor([1.0, 0, 0, 0, 0.501, 0.502, 1, 1])
+    groups = torch.arange(B) // 4
+    old = (-torch.rand(B, T, generator=gen)).to(dtype)
+    ref = (-torch.rand(B, T, generator=gen)).to(dtype)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    for eta, split in ((math.inf, None), (300.0, "fixed:256"), (300.0, None)):
+        got = prl_advantages(rewards, groups, old, ref, mask, eta=eta, boundaries=split, order=order)
+        want = prl_advantages(rewards, groups, old.float(), ref.float(), mask, eta=eta, boundaries=split, order=order)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got, want.to(dtype), rtol=0, atol=0)
+
+
+def test_fp16_long_rows_with_explicit_boundaries():
+    T = 2100
+    m = torch.ones(1, T, dtype=torch.bool)
+    x = torch.zeros(1, T).half()
+    out = prl_advantages(torch.ones(1), torch.zeros(1, dtype=torch.long), x, x, m, eta=1.0,
+                         boundaries=step_boundaries(m, "token"))
+    assert out.shape == (1, T) and bool((out == 1).all())
+
+
+def test_zero_width_batches():
+    for B in (0, 3):
+        mask = torch.zeros(B, 0, dtype=torch.bool)
+        x = torch.zeros(B, 0)
+        r, g = torch.ones(B), torch.zeros(B, dtype=torch.long)
+        for bnd in (None, "token", "fixed:3", step_boundaries(mask, "fixed:2")):
+            assert prl_advantages(r, g, x, x, mask, eta=1.0, boundaries=bnd).shape == (B, 0)
+        assert fill_segments(x, mask, mask).shape == (B, 0)
+
+
+def test_fill_segments_accepts_tensors_that_require_grad():
+    m = torch.ones(2, 4, dtype=torch.bool)
+    v = torch.randn(2, 4, requires_grad=True)
+    out = fill_segments(v, step_boundaries(m, "fixed:2"), m)
+    assert torch.equal(out, v.detach()[:, [1, 1, 3, 3]]) and not out.requires_grad

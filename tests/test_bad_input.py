@@ -82,7 +82,7 @@ def test_bad_order_and_boundaries():
 def test_other_functions_name_their_arguments():
     with pytest.raises(ValueError, match="^mask: expected a torch.bool mask"):
         suffix_sums(torch.randn(2, 3), torch.ones(2, 3))
-    with pytest.raises(ValueError, match=r"^mask: expected shape \(2, 3\) \(as values\)"):
+    with pytest.raises(ValueError, match=r"^values: expected shape \(2, 4\) \(as mask\)"):
         suffix_sums(torch.randn(2, 3), torch.ones(2, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="^rewards: contains NaN"):
         group_advantages(torch.tensor([float("nan")]), torch.tensor([0]))

@@ -84,3 +84,18 @@ def test_to_dict_round_trips():
     cfg = AlgorithmConfig(eta="inf", step_split="text:\\n\\n", order="process_first")
     again = AlgorithmConfig.from_dict(cfg.to_dict())
     assert again == cfg
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(estimator="grpo", clip_low="0.2"), r"^clip_low: expected float, got str"),
+        (dict(estimator="grpo", eps=True), r"^eps: expected float, got bool"),
+        (dict(estimator="grpo", eps=float("inf")), r"^eps: must be a finite number"),
+        (dict(estimator="raft", raft_threshold=float("nan")), r"^raft_threshold: must be a finite number"),
+        (dict(estimator="grpo", n_samples=2.5), r"^n_samples: expected int"),
+    ],
+)
+def test_types_are_checked_in_code_too(kwargs, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        AlgorithmConfig(**kwargs)

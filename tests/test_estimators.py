@@ -51,3 +51,14 @@ def test_each_estimator_matches_its_definition(batch):
 def test_boundaries_refused_for_estimators_without_steps(batch):
     with pytest.raises(ValueError, match="boundaries: the 'grpo' estimator does not use step boundaries"):
         compute_advantages(AlgorithmConfig(estimator="grpo"), boundaries=batch["mask"], **batch)
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "raft", "prl"])
+def test_every_estimator_validates_its_batch(batch, name):
+    cfg = AlgorithmConfig(estimator=name, eta=10.0) if name == "prl" else AlgorithmConfig(estimator=name)
+    with pytest.raises(ValueError, match="^mask: expected a torch.bool mask"):
+        compute_advantages(cfg, **{**batch, "mask": batch["mask"].float()})
+    with pytest.raises(ValueError, match=r"^logp_old: expected shape \(10, 7\)"):
+        compute_advantages(cfg, **{**batch, "logp_old": batch["logp_old"][:, :5]})
+    with pytest.raises(ValueError, match="^mask: expected 9 rows"):
+        compute_advantages(cfg, **{**batch, "rewards": batch["rewards"][:9]})

@@ -111,3 +111,26 @@ def test_kl_estimators():
     assert kl_penalty(logp, ref, "k1").item() == pytest.approx(math.log(2))
     assert kl_penalty(logp, ref, "k2").item() == pytest.approx(0.5 * math.log(2) ** 2)
     assert kl_penalty(logp, ref, "k3").item() == pytest.approx(0.5 - 1 + math.log(2))
+
+
+def test_padding_values_never_reach_the_loss_or_metrics():
+    logp = torch.tensor([[-1.0, -0.5, float("-inf")]], dtype=torch.float64, requires_grad=True)
+    logp_old = torch.tensor([[-1.1, -0.4, float("-inf")]], dtype=torch.float64)
+    adv = torch.tensor([[1.0, -1.0, float("nan")]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, False]])
+    loss, m = ppo_clip_loss(logp, logp_old, adv, mask, agg="seq-mean-token-mean")
+    ref, _ = ppo_clip_loss(logp[:, :2], logp_old[:, :2], adv[:, :2], mask[:, :2])
+    assert loss.item() == pytest.approx(ref.item())
+    assert all(math.isfinite(v.item()) for v in m.values())
+    loss.backward()
+    assert torch.isfinite(logp.grad).all() and logp.grad[0, 2] == 0
+    assert math.isfinite(sft_loss(logp.detach(), mask).item())
+    with pytest.raises(ValueError, match=r"^advantages: NaN at response token \(row 0, column 1\)"):
+        ppo_clip_loss(logp, logp_old, torch.tensor([[1.0, float("nan"), 0.0]]).double(), mask)
+    with pytest.raises(ValueError, match=r"^logits: expected shape \(1, 3\) \+ \(V,\)"):
+        ppo_clip_loss(logp, logp_old, adv, mask, logits=torch.randn(2, 3, 5))
+
+
+def test_entropy_with_vocabulary_masked_logits():
+    logits = torch.tensor([[[0.0, float("-inf"), 0.0]]])
+    assert token_entropy(logits)[0, 0].item() == pytest.approx(math.log(2))
