@@ -302,28 +302,27 @@ def prl_advantages(
         _same_shape(("mask", mask), ("boundaries", boundaries))
         pos = _boundary_positions(boundaries, mask, mask_f)
 
-    # With k = log π_old − log π_ref on response tokens, C its inclusive prefix sum and Σ the row
-    # total, the suffix sum is S = Σ − C + k: one forward cumsum. (Skipped entirely at η = ∞, so
-    # GRPO is reproduced exactly.)
-    k = prefix = total = None
+    # With k = log π_old − log π_ref on response tokens, E its exclusive prefix sum and Σ the
+    # row total, the suffix sum is S = Σ − E: one forward cumsum. (Skipped entirely at η = ∞,
+    # so GRPO is reproduced exactly.)
+    excl = total = None
     if not math.isinf(eta):
-        k, prefix, total = _log_ratio_prefix(old_w, ref_w, mask, mask_f, originals=(logp_old, logp_ref))
+        excl, total = _exclusive_prefix(old_w, ref_w, mask, mask_f, originals=(logp_old, logp_ref))
 
     def kl_to_go_at(flat_pos: torch.Tensor) -> torch.Tensor:  # S/η at flat positions (K,)
-        r = flat_pos // T
-        return (total[r] - prefix.reshape(-1)[flat_pos] + k.reshape(-1)[flat_pos]) / eta
+        return (total[flat_pos // T] - excl.reshape(-1)[flat_pos]) / eta
 
     if order == "advantage_first":
         adv = _group_normalize(rewards, group, n_groups, normalize_std=normalize_std, eps=eps) if B else rewards
-        if k is None:  # exactly group_advantages(rewards) broadcast over the response
+        if excl is None:  # exactly group_advantages(rewards) broadcast over the response
             return torch.where(mask, adv.to(out_dtype).unsqueeze(1), 0.0).to(out_dtype)
         adv = adv.to(work)
         if pos is None:
-            # ρ = A − (Σ − C + k)/η = (A − Σ/η) + (C − k)/η, in place on the prefix buffer
+            # ρ = A − (Σ − E)/η = (A − Σ/η) + E/η, in place on the prefix buffer
             row_const = (adv - total / eta).unsqueeze(1)
-            return prefix.sub_(k).mul_(1.0 / eta).add_(row_const).mul_(mask_f).to(out_dtype)
+            return excl.mul_(1.0 / eta).add_(row_const).mul_(mask_f).to(out_dtype)
         at_b = adv[pos // T] - kl_to_go_at(pos)
-        return _fill(at_b, pos, boundaries, mask, out=prefix, mask_f=mask_f).to(out_dtype)
+        return _fill(at_b, pos, boundaries, mask, out=excl, mask_f=mask_f).to(out_dtype)
 
     # process first: per-boundary returns, normalized over the group's boundary values.
     if pos is None:
@@ -331,9 +330,9 @@ def prl_advantages(
         pos = torch.nonzero(mask.reshape(-1)).squeeze(1)
     row = pos // T
     rewards = rewards.to(work)
-    r = rewards[row] if k is None else rewards[row] - kl_to_go_at(pos)
+    r = rewards[row] if excl is None else rewards[row] - kl_to_go_at(pos)
     normed = _group_normalize(r, group[row], n_groups, normalize_std=normalize_std, eps=eps)
-    return _fill(normed, pos, boundaries, mask, out=prefix, mask_f=mask_f).to(out_dtype)
+    return _fill(normed, pos, boundaries, mask, out=excl, mask_f=mask_f).to(out_dtype)
 
 
 def _right_padded_lengths(mask: torch.Tensor, mask_f: torch.Tensor) -> torch.Tensor | None:
@@ -403,21 +402,29 @@ def _prl_fixed_right_padded(
     return out
 
 
-def _log_ratio_prefix(logp_old: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor, originals):
-    """k (B, T) = log-ratio on response tokens, 0 elsewhere; its inclusive prefix sum C (B, T); row totals (B,).
+def _exclusive_prefix(logp_old: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor, originals):
+    """E (B, T) = Σ_{j<t} k_j, the exclusive prefix sum of k = log-ratio on response tokens, and row totals Σ (B,).
 
-    Multiplying by the 0/1 mask is the fast way to zero padding, but NaN·0 = NaN: if any row
-    total is not finite, padding held NaN/inf, so zero it properly and check the response tokens.
+    Then S_t = Σ − E_t. E is built in one buffer: k is written shifted right by one column and
+    summed in place, so no separate k tensor exists. Multiplying by the 0/1 mask is the fast way
+    to zero padding, but NaN·0 = NaN: if a row total is not finite, padding held NaN/inf, so
+    zero it properly and check the response tokens.
     """
-    k = torch.sub(logp_old, logp_ref).mul_(mask_f)
-    prefix = torch.cumsum(k, -1)
-    total = prefix[:, -1].clone() if prefix.shape[1] else prefix.new_zeros(prefix.shape[0])
+    B, T = mask.shape
+    excl = torch.empty(B, T, dtype=mask_f.dtype, device=mask.device)
+    excl[:, 0] = 0.0
+    torch.sub(logp_old[:, :-1], logp_ref[:, :-1], out=excl[:, 1:]).mul_(mask_f[:, :-1])
+    last = (logp_old[:, -1] - logp_ref[:, -1]) * mask_f[:, -1]
+    torch.cumsum(excl, -1, out=excl)
+    total = excl[:, -1] + last
     if not bool(torch.isfinite(total).all()):
-        k = torch.sub(logp_old, logp_ref).masked_fill_(~mask, 0.0)
-        prefix = torch.cumsum(k, -1)
-        total = prefix[:, -1].clone()
+        outside = ~mask
+        torch.sub(logp_old[:, :-1], logp_ref[:, :-1], out=excl[:, 1:]).masked_fill_(outside[:, :-1], 0.0)
+        last = (logp_old[:, -1] - logp_ref[:, -1]).masked_fill_(outside[:, -1], 0.0)
+        torch.cumsum(excl, -1, out=excl)
+        total = excl[:, -1] + last
         _check_finite(total, *originals, mask)
-    return k, prefix, total
+    return excl, total
 
 
 def _check_finite(total: torch.Tensor, logp_old, logp_ref, mask) -> None:
