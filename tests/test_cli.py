@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRL = [sys.executable, "-m", "prl_core.cli"]
+PRL = [sys.executable, "-m", "prl.cli"]
 
 
 def run(*args):

@@ -19,9 +19,9 @@ reasoning. Subcommands available in this version:
 def _cmd_selfcheck(args: argparse.Namespace) -> int:
     import torch
 
-    from . import worked_example
-    from .advantages import group_advantages, prl_advantages
-    from .steps import step_boundaries
+    from prl_core import worked_example
+    from prl_core.advantages import group_advantages, prl_advantages
+    from prl_core.steps import step_boundaries
 
     got = worked_example.compute()
     width = max(map(len, got))
@@ -72,7 +72,7 @@ def _segments_constant(rho, boundaries, mask) -> bool:
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
-    from .config import AlgorithmConfig, ConfigError
+    from prl_core.config import AlgorithmConfig, ConfigError
 
     try:
         cfg = AlgorithmConfig.from_yaml(args.file)
