@@ -11,8 +11,12 @@ DESCRIPTION = """\
 PRL pipeline: Process Reward Learning and its baselines (GRPO, Dr.GRPO, RAFT) for math
 reasoning. Subcommands available in this version:
 
-  selfcheck      recompute the worked example of the PRL math and the core invariants
-  config check   validate an algorithm config file and print it with defaults resolved
+  selfcheck        recompute the worked example of the PRL math and the core invariants
+  config check     validate an algorithm config file and print it with defaults resolved
+  data synth       write the synthetic arithmetic task (train/test JSONL)
+  model build-tiny build the embedded tiny model (tokenizer + Llama weights) from a seed
+  model sft        warm-start a model on the synthetic task, reporting accuracy before/after
+  generate         sample n responses per problem with the vllm or hf engine
 """
 
 
@@ -83,6 +87,36 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_data_synth(args: argparse.Namespace) -> int:
+    from . import task
+
+    for split, n in (("train", args.train), ("test", args.test)):
+        path = task.write_jsonl(task.generate(split, n, seed=args.seed), f"{args.out}/synth_{split}.jsonl")
+        print(f"wrote {n} {split} problems to {path}")
+    return 0
+
+
+def _cmd_build_tiny(args: argparse.Namespace) -> int:
+    from .tiny_model import build_tiny, file_hashes
+
+    out = build_tiny(args.out, seed=args.seed)
+    for name, digest in file_hashes(out).items():
+        print(f"  {digest[:16]}  {name}")
+    print(f"built the tiny model in {out} (seed {args.seed}); AutoTokenizer round trip verified")
+    return 0
+
+
+def _cmd_sft(args: argparse.Namespace) -> int:
+    from .sft import SFTConfig, run_sft
+
+    cfg = SFTConfig(steps=args.steps, max_minutes=args.minutes, batch_size=args.batch_size, lr=args.lr,
+                    seed=args.seed, eval_size=args.eval_size)
+    report = run_sft(args.model, args.out, cfg)
+    print(json.dumps({k: report[k] for k in ("steps", "train_seconds", "accuracy_before_greedy",
+                                             "accuracy_after_greedy", "accuracy_after_sampled")}, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="prl", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -107,6 +141,57 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("file", help="YAML file, e.g. configs/algorithm/prl.yaml")
     c.set_defaults(func=_cmd_config_check)
+
+    p = sub.add_parser("data", help="data set tools")
+    dsub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    d = dsub.add_parser(
+        "synth",
+        help="write the synthetic arithmetic task",
+        description="Write DIR/synth_train.jsonl and DIR/synth_test.jsonl: multi-step arithmetic word problems "
+        "(levels 1-4 = number of operations) with step-by-step solutions separated by blank lines and a "
+        "\\boxed{} answer, in the schema of the bundled benchmarks. Deterministic in --seed; the splits "
+        "never share a problem.",
+    )
+    d.add_argument("--out", required=True, help="output directory")
+    d.add_argument("--train", type=int, default=20000, help="training problems (default 20000)")
+    d.add_argument("--test", type=int, default=400, help="test problems (default 400 = the whole test split)")
+    d.add_argument("--seed", type=int, default=0)
+    d.set_defaults(func=_cmd_data_synth)
+
+    p = sub.add_parser("model", help="the embedded tiny model")
+    msub = p.add_subparsers(dest="model_command", metavar="ACTION", required=True)
+    m = msub.add_parser(
+        "build-tiny",
+        help="build the tiny model from a seed",
+        description="Train a byte-level BPE tokenizer on the synthetic task, add a chat template, and initialise a "
+        "small Llama-architecture model (4 layers, hidden 128, head_dim 32) from --seed; save a standard Hugging "
+        "Face directory that transformers, vLLM and DeepSpeed load. Same seed -> byte-identical files.",
+    )
+    m.add_argument("--out", required=True, help="output directory")
+    m.add_argument("--seed", type=int, default=0)
+    m.set_defaults(func=_cmd_build_tiny)
+    m = msub.add_parser(
+        "sft",
+        help="warm-start a model on the synthetic task",
+        description="Supervised fine-tuning on the synthetic task's solutions (loss on the response only), then "
+        "save to --out with sft_report.json holding the held-out accuracy before and after (greedy and sampled).",
+    )
+    m.add_argument("--model", required=True, help="model directory to start from (e.g. from build-tiny)")
+    m.add_argument("--out", required=True, help="output directory for the fine-tuned model")
+    m.add_argument("--steps", type=int, default=1500, help="optimizer steps (default 1500)")
+    m.add_argument("--minutes", type=float, default=4.0, help="wall-clock budget (default 4)")
+    m.add_argument("--batch-size", type=int, default=64)
+    m.add_argument("--lr", type=float, default=2e-3)
+    m.add_argument("--eval-size", type=int, default=200, help="held-out problems for the accuracy report")
+    m.add_argument("--seed", type=int, default=0)
+    m.set_defaults(func=_cmd_sft)
+
+    try:
+        from .generate import add_cli
+    except ImportError:  # the generation layer is optional at import time (e.g. torch-free tooling)
+        add_cli = None
+    if add_cli is not None:
+        add_cli(sub)
     return parser
 
 
