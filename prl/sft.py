@@ -22,12 +22,13 @@ from .prompts import build_prompt
 
 @dataclass
 class SFTConfig:
-    """Warm-start settings (defaults: ~4 minutes on 2 CPU cores)."""
+    """Warm-start settings (defaults: ~4 minutes on 2 idle CPU cores; measured 0.47 greedy /
+    0.29 sampled held-out accuracy from 0.00, the mixed-reward range RL needs)."""
 
-    steps: int = 1500
-    """Optimizer steps (upper bound; ``max_minutes`` may stop earlier)."""
-    max_minutes: float = 4.0
-    """Wall-clock budget for the training loop."""
+    steps: int = 600
+    """Optimizer steps."""
+    max_minutes: float = 15.0
+    """Wall-clock safety limit for the training loop (stops early, and says so, if reached)."""
     batch_size: int = 64
     """Examples per step."""
     lr: float = 2e-3
@@ -94,6 +95,12 @@ def greedy_accuracy(model, tok, records, *, batch_size: int = 50, max_new_tokens
     return correct / max(len(records), 1)
 
 
+def held_out_records(cfg: SFTConfig) -> list[dict]:
+    """The test-split problems the SFT report scores (a seeded sample of the held-out split)."""
+    held_out = task.generate("test", task.TEST_SIZE, seed=cfg.seed)
+    return random.Random(f"sft-eval:{cfg.seed}").sample(held_out, min(cfg.eval_size, len(held_out)))
+
+
 def run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig | None = None, *, log=print) -> dict:
     """Fine-tune ``model_dir`` on the task; save to ``out_dir`` with ``sft_report.json``."""
     import torch
@@ -106,9 +113,8 @@ def run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig | None = 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     train = _examples(tok, task.generate("train", cfg.train_size, seed=cfg.seed))
-    held_out = task.generate("test", task.TEST_SIZE, seed=cfg.seed)
+    eval_records = held_out_records(cfg)
     rng = random.Random(cfg.seed)
-    eval_records = rng.sample(held_out, min(cfg.eval_size, len(held_out)))
 
     before = greedy_accuracy(model, tok, eval_records)
     log(f"[sft] held-out greedy accuracy before: {before:.3f} ({len(eval_records)} problems)")
@@ -142,7 +148,7 @@ def run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig | None = 
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         step += 1
         bar.update(1)
         if step % 100 == 0:
@@ -151,6 +157,8 @@ def run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig | None = 
     train_s = time.time() - t0
     after = greedy_accuracy(model, tok, eval_records)
     sampled = greedy_accuracy(model, tok, eval_records, sample=True, seed=cfg.seed)
+    if step < cfg.steps:
+        log(f"[sft] stopped at the {cfg.max_minutes}-minute limit after {step} of {cfg.steps} steps")
     log(f"[sft] {step} steps in {train_s:.0f} s, final loss {sum(losses[-50:]) / max(1, len(losses[-50:])):.3f}")
     log(f"[sft] held-out accuracy after: greedy {after:.3f}, sampled (T=1) {sampled:.3f}")
     out = Path(out_dir)
