@@ -323,6 +323,8 @@ class Engine(ABC):
         """Token ids of rendered prompts (no special tokens added); checks each fits the context."""
         if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)):
             raise EngineError("prompts: expected a list of prompt strings")
+        if not prompts:
+            return []
         for i, p in enumerate(prompts):
             if not isinstance(p, str) or not p:
                 raise EngineError(f"prompt {i}: expected a non-empty string, got {type(p).__name__} {p!r:.60}")
@@ -403,7 +405,13 @@ def make_engine(kind: str, model_dir: str | Path, *, dtype: str = "float32", see
 
         return VLLMEngine(model_dir, dtype=dtype, seed=seed, max_model_len=max_model_len, **kw)
     if kind == "hf":
+        import inspect
+
         from .hf_engine import HFEngine
 
+        accepted = set(inspect.signature(HFEngine.__init__).parameters) - {"self", "model_dir"}
+        unknown = sorted(set(kw) - accepted)
+        if unknown:
+            raise EngineError(f"engine 'hf' does not take {', '.join(unknown)}; its options: {', '.join(sorted(accepted))}")
         return HFEngine(model_dir, dtype=dtype, seed=seed, max_model_len=max_model_len, **kw)
     raise EngineError(f"engine: expected one of {ENGINE_KINDS}, got {kind!r}")

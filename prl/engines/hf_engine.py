@@ -57,8 +57,9 @@ class HFEngine(Engine):
         if pad is None:
             pad = self.eos_token_ids[0] if self.eos_token_ids else 0
         self.pad_token_id = int(pad)
-        if self.max_model_len is None:
-            self.max_model_len = int(getattr(self.tokenizer, "model_max_length", 0) or 0) or None
+        if self.max_model_len is None:  # no context length in config.json: the tokenizer's, if it sets one
+            limit = getattr(self.tokenizer, "model_max_length", None)
+            self.max_model_len = int(limit) if isinstance(limit, int) and 0 < limit < 10**7 else None
 
     def _load_model(self, path: Path):
         import torch
@@ -159,7 +160,8 @@ class HFEngine(Engine):
             eos_token_id=None if sampling.ignore_eos else self.eos_token_ids, pad_token_id=self.pad_token_id,
             repetition_penalty=1.0, use_cache=True, return_dict_in_generate=False, output_scores=False,
         )
-        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []), torch.inference_mode():
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
             torch.manual_seed(seed)
             out = self.model.generate(
                 input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), generation_config=config,
@@ -185,15 +187,46 @@ class HFEngine(Engine):
     # ---- weights ----------------------------------------------------------------------------
 
     def update_weights(self, model_dir: str | Path) -> None:
-        """Reload the model from ``model_dir`` (weights saved by a trainer; same architecture)."""
+        """Load weights saved by a trainer (same architecture) into this engine's model.
+
+        With a config.json next to the weights (``save_pretrained``) the model is re-read with
+        ``from_pretrained``; with weight files only, their tensors are copied into the running model.
+        """
         path = check_weights_dir(model_dir, self.config).resolve()
-        if not (path / "config.json").is_file():
-            # transformers needs a config next to the weights; use the running model's.
-            raise EngineError(f"{model_dir}: no config.json next to the weights; save with model.save_pretrained(DIR)")
-        model = self._load_model(path)
-        self.model = model
+        if (path / "config.json").is_file():
+            self.model = self._load_model(path)
+        else:
+            self._copy_weights(path)
         self.weights_path = path
         self.weight_updates += 1
+
+    def _copy_weights(self, path: Path) -> None:
+        import torch
+
+        state: dict = {}
+        files = sorted(path.glob("*.safetensors"))
+        if files:
+            from safetensors.torch import load_file
+
+            for f in files:
+                state.update(load_file(str(f)))
+        else:
+            for f in sorted(path.glob("*.bin")):
+                state.update(torch.load(f, map_location="cpu", weights_only=True))
+        own = self.model.state_dict()
+        unexpected = sorted(set(state) - set(own))
+        if unexpected:
+            raise EngineError(f"{path}: tensors the model does not have: {', '.join(unexpected[:5])}")
+        loaded_ptrs = {own[k].data_ptr() for k in state}
+        missing = sorted(k for k in set(own) - set(state) if own[k].data_ptr() not in loaded_ptrs)  # tied ones are fine
+        if missing:
+            raise EngineError(f"{path}: weights missing for {', '.join(missing[:5])}")
+        for k, v in state.items():
+            if tuple(v.shape) != tuple(own[k].shape):
+                raise EngineError(f"{path}: {k} has shape {tuple(v.shape)}, the model {tuple(own[k].shape)}")
+        with torch.no_grad():
+            for k, v in state.items():
+                own[k].copy_(v)
 
     def close(self) -> None:
         self.model = None

@@ -27,7 +27,6 @@ Batched over all prompts × n samples in one ``LLM.generate`` call. Facts this c
 from __future__ import annotations
 
 import gc
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -226,8 +225,7 @@ class VLLMEngine(Engine):
         gc.collect()
 
     def __del__(self) -> None:
-        if not getattr(self, "_closed", True) and os is not None:
-            try:
-                self.close()
-            except Exception:  # noqa: BLE001
-                pass
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
