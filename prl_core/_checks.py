@@ -67,3 +67,23 @@ def require_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
 def _first_nan(t: torch.Tensor) -> tuple[int, ...]:
     idx = torch.nonzero(torch.isnan(t))[0]
     return tuple(int(i) for i in idx)
+
+
+def require_rollout_batch(rewards: object, logp_old: object, logp_ref: object, mask: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """The shared checks of a rollout batch: rewards (B,) float without NaN/inf, mask (B, T)
+    bool, and log-prob tensors (B, T) of a floating dtype. Returns (rewards, mask)."""
+    rewards = require_float("rewards", rewards)
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards: expected shape (B,), got {tuple(rewards.shape)}")
+    if torch.isinf(rewards).any():
+        raise ValueError("rewards: contains inf")
+    mask = require_mask("mask", mask)
+    if mask.shape[0] != rewards.shape[0]:
+        raise ValueError(f"mask: expected {rewards.shape[0]} rows (one per reward), got shape {tuple(mask.shape)}")
+    for name, t in (("logp_old", logp_old), ("logp_ref", logp_ref)):
+        require_tensor(name, t)
+        if not t.is_floating_point():
+            raise ValueError(f"{name}: expected a floating-point tensor, got dtype {t.dtype}")
+        if t.shape != mask.shape:
+            raise ValueError(f"{name}: expected shape {tuple(mask.shape)} (as mask), got {tuple(t.shape)}")
+    return rewards, mask

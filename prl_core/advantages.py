@@ -11,7 +11,9 @@ import math
 
 import torch
 
-from ._checks import require_choice, require_eta, require_float, require_group_ids, require_mask, require_tensor
+from ._checks import (
+    require_choice, require_eta, require_float, require_group_ids, require_mask, require_rollout_batch,
+)
 from .steps import StepSplit, parse_split, step_boundaries
 
 ORDERS = ("advantage_first", "process_first")
@@ -251,21 +253,8 @@ def prl_advantages(
     """
     eta = require_eta(eta)
     order = require_choice("order", order, ORDERS)
-    rewards = require_float("rewards", rewards)
-    if rewards.dim() != 1:
-        raise ValueError(f"rewards: expected shape (B,), got {tuple(rewards.shape)}")
-    if torch.isinf(rewards).any():
-        raise ValueError("rewards: contains inf")
+    rewards, mask = require_rollout_batch(rewards, logp_old, logp_ref, mask)
     B = rewards.shape[0]
-    mask = require_mask("mask", mask)
-    if mask.shape[0] != B:
-        raise ValueError(f"mask: expected {B} rows (one per reward), got shape {tuple(mask.shape)}")
-    for name, t in (("logp_old", logp_old), ("logp_ref", logp_ref)):
-        require_tensor(name, t)
-        if not t.is_floating_point():
-            raise ValueError(f"{name}: expected a floating-point tensor, got dtype {t.dtype}")
-        if t.shape != mask.shape:
-            raise ValueError(f"{name}: expected shape {tuple(mask.shape)} (as mask), got {tuple(t.shape)}")
     group, n_groups = _dense_groups(require_group_ids("group_ids", group_ids, B))
     T = mask.shape[1]
     out_dtype = logp_old.dtype

@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from ._checks import require_float, require_mask, require_tensor
+from ._checks import require_rollout_batch
 from .advantages import group_advantages, prl_advantages, raft_select
 from .config import AlgorithmConfig
 
@@ -58,18 +58,7 @@ def _broadcast(adv: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> tor
 
 def _check_batch(rewards, logp_old, logp_ref, mask) -> None:
     """The checks prl_advantages makes, for the estimators that do not read the log-probs."""
-    rewards = require_float("rewards", rewards)
-    if rewards.dim() != 1:
-        raise ValueError(f"rewards: expected shape (B,), got {tuple(rewards.shape)}")
-    mask = require_mask("mask", mask)
-    if mask.shape[0] != rewards.shape[0]:
-        raise ValueError(f"mask: expected {rewards.shape[0]} rows (one per reward), got shape {tuple(mask.shape)}")
-    for name, t in (("logp_old", logp_old), ("logp_ref", logp_ref)):
-        require_tensor(name, t)
-        if not t.is_floating_point():
-            raise ValueError(f"{name}: expected a floating-point tensor, got dtype {t.dtype}")
-        if t.shape != mask.shape:
-            raise ValueError(f"{name}: expected shape {tuple(mask.shape)} (as mask), got {tuple(t.shape)}")
+    require_rollout_batch(rewards, logp_old, logp_ref, mask)
 
 
 @register("grpo")
