@@ -106,6 +106,8 @@ def run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig | None = 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .generate import git_state, package_versions
+
     cfg = cfg or SFTConfig()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -169,6 +171,7 @@ def run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig | None = 
         "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
         "eval_problems": len(eval_records),
         "accuracy_before_greedy": before, "accuracy_after_greedy": after, "accuracy_after_sampled": sampled,
+        "packages": package_versions(), "git": git_state(), "torch_threads": torch.get_num_threads(),
     }
     (out / "sft_report.json").write_text(json.dumps(report, indent=2) + "\n")
     src = Path(model_dir) / "prl_model.json"

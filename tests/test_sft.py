@@ -38,3 +38,10 @@ def test_saved_and_reloaded_model_keeps_its_accuracy(warm):
     model = AutoModelForCausalLM.from_pretrained(str(out))
     tok = AutoTokenizer.from_pretrained(str(out))
     assert greedy_accuracy(model, tok, held_out_records(CFG)) == report["accuracy_after_greedy"]
+
+
+def test_report_records_what_reproduces_the_run(warm):
+    _, report = warm
+    assert report["config"]["seed"] == CFG.seed and report["config"]["steps"] == CFG.steps
+    assert report["packages"]["torch"] and report["packages"]["transformers"]
+    assert len(report["git"]["commit"] or "") in (0, 40)
