@@ -16,7 +16,7 @@ from strategies import batches
 TOL = dict(rtol=1e-9, atol=1e-9)
 
 
-def _close(got: torch.Tensor, want, **tol):
+def assert_close_to(got: torch.Tensor, want, **tol):
     want = torch.tensor(want, dtype=torch.float64).reshape(got.shape)
     torch.testing.assert_close(got.double(), want, **(tol or TOL))
 
@@ -26,7 +26,7 @@ def _close(got: torch.Tensor, want, **tol):
 @given(batches(), st.booleans())
 def test_group_advantages_match_loop(batch, normalize_std):
     got = group_advantages(batch["rewards"], batch["groups"], normalize_std=normalize_std)
-    _close(got, loops.group_adv(batch["rewards"].tolist(), batch["groups"].tolist(), normalize_std))
+    assert_close_to(got, loops.group_adv(batch["rewards"].tolist(), batch["groups"].tolist(), normalize_std))
 
 
 def test_group_of_one_gives_reward_and_equal_rewards_give_exact_zero():
@@ -50,7 +50,7 @@ def test_dr_grpo_does_not_divide_by_std():
 @given(batches())
 def test_suffix_sums_match_loop_over_every_t(batch):
     got = suffix_sums(batch["old"], batch["mask"])
-    _close(got, loops.suffix(batch["old"].tolist(), batch["mask"].tolist()), rtol=1e-9, atol=1e-8)
+    assert_close_to(got, loops.suffix(batch["old"].tolist(), batch["mask"].tolist()), rtol=1e-9, atol=1e-8)
 
 
 def test_suffix_sums_ignore_nan_in_padding_and_last_token_is_exact():
@@ -91,7 +91,7 @@ def test_prl_advantages_match_loop(batch, eta, split, order, normalize_std):
         batch["rewards"].tolist(), batch["groups"].tolist(), batch["old"].tolist(), batch["ref"].tolist(),
         mask.tolist(), eta, bnd.tolist() if bnd is not None else None, order, normalize_std,
     )
-    _close(got, want, rtol=1e-7, atol=1e-7)
+    assert_close_to(got, want, rtol=1e-7, atol=1e-7)
 
 
 @given(batches())
@@ -193,7 +193,7 @@ def test_split_string_equals_explicit_boundaries(batch, eta, split, order):
     torch.testing.assert_close(by_string, by_tensor, rtol=1e-12, atol=1e-12)
     want = loops.prl(batch["rewards"].tolist(), batch["groups"].tolist(), batch["old"].tolist(),
                      batch["ref"].tolist(), mask.tolist(), eta, bnd.tolist(), order)
-    _close(by_string, want, rtol=1e-7, atol=1e-7)
+    assert_close_to(by_string, want, rtol=1e-7, atol=1e-7)
 
 
 def test_fixed_fast_path_on_a_right_padded_batch_keeps_exact_zeros():
