@@ -56,8 +56,7 @@ def _train_tokenizer(spec: TinyModelSpec, seed: int):
     from transformers import PreTrainedTokenizerFast
 
     records = task.generate("train", spec.tokenizer_corpus_size, seed=seed)
-    # A throwaway tokenizer object just to render the chat around each problem: the BPE must
-    # see the system prompt and template text it will encode at every call.
+    # The BPE must also see the chat markup and the system prompt it will encode at every call.
     texts = list(task.corpus(records))
     texts += [_render_without_tokenizer(r["problem"]) for r in records[:200]]
     bpe = Tokenizer(models.BPE())
@@ -118,11 +117,9 @@ def build_tiny(out_dir: str | Path, *, seed: int = 0, spec: TinyModelSpec | None
         tie_word_embeddings=True,
         torch_dtype="float32",
     )
-    gen = torch.manual_seed(seed)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
-    del gen
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     model.save_pretrained(out)
