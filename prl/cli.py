@@ -18,6 +18,7 @@ reasoning. Subcommands available in this version:
   model build-tiny build the embedded tiny model (tokenizer + Llama weights) from a seed
   model sft        warm-start a model on the synthetic task, reporting accuracy before/after
   generate         sample n responses per problem with the vllm or hf engine
+  verify           verify one response against a gold answer and print why (JSON)
   demo             the main job today: task -> tiny model -> warm start -> samples -> accuracy
 """
 
@@ -126,6 +127,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from .datasets import normalize_gold
+    from .verifier import verify_one
+
+    gold = normalize_gold(args.dataset, args.gold) if args.dataset else args.gold
+    v = verify_one(args.response, gold, timeout_s=args.timeout)
+    print(json.dumps({"verdict": v.verdict, "extracted_answer": v.extracted, "gold_normalized": gold,
+                      "gold_raw": args.gold, "score": v.score, "ms": round(v.ms, 2), "detail": v.detail}, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="prl", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -198,6 +210,19 @@ def build_parser() -> argparse.ArgumentParser:
     from .generate import add_cli
 
     add_cli(sub)
+
+    p = sub.add_parser(
+        "verify",
+        help="verify one response against a gold answer and say why",
+        description="Run Math-Verify on one response and print JSON: the verdict (correct, wrong, no_answer, "
+        "timeout, gold_unparsable, error), the extracted answer, the normalised gold and the time taken. "
+        "With --dataset the gold is normalised as that benchmark's loader does (e.g. minerva's boxed solution).",
+    )
+    p.add_argument("--gold", required=True, help="gold answer (raw)")
+    p.add_argument("--response", required=True, help="model response text")
+    p.add_argument("--dataset", default=None, help="normalise the gold as this data set does (e.g. minerva_math)")
+    p.add_argument("--timeout", type=int, default=5, help="Math-Verify timeout in whole seconds (default 5)")
+    p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser(
         "demo",

@@ -1,0 +1,81 @@
+"""The verifier: every verdict category, hard limits in the pool, pool == sequential (issue 4, WIP)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from prl import task
+from prl.verifier import VerifierPool, verify_one
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    "response, gold, verdict",
+    [
+        ("so \\boxed{4.5\\times10^{33}}", "4.5 \\times 10^{33}", "correct"),  # minerva e-notation, normalised
+        ("\\boxed{\\frac{1}{2}}", "0.5", "correct"),
+        ("\\boxed{3}", "2", "wrong"),
+        ("I am not sure.", "2", "no_answer"),
+        ("", "2", "no_answer"),
+        ("\\boxed{2}", "", "gold_unparsable"),
+        ("\\boxed{2}", "}{", "gold_unparsable"),
+        ("\\boxed{__import__('os').system('touch /tmp/prl_pwned')}", "2", "wrong"),
+    ],
+)
+def test_each_verdict(response, gold, verdict):
+    v = verify_one(response, gold)
+    assert v.verdict == verdict, v
+    assert v.score == (1.0 if verdict == "correct" else 0.0)
+    assert not Path("/tmp/prl_pwned").exists()
+
+
+def test_gameable_answer_is_documented_behaviour():
+    # DESIGN §3: answer correctness is not reasoning validity; Math-Verify passes this one.
+    assert verify_one("\\boxed{x = 1 = 2}", "2").verdict == "correct"
+
+
+def test_fractional_timeouts_are_refused():
+    with pytest.raises(ValueError, match="^timeout_s"):
+        verify_one("\\boxed{1}", "1", timeout_s=0.5)
+
+
+def test_pool_matches_sequential_and_caches():
+    records = task.generate("test", 30)
+    pairs = []
+    for r in records:
+        pairs += [(r["solution"], r["answer"]), (f"\\boxed{{{int(r['answer']) + 1}}}", r["answer"]),
+                  ("no idea", r["answer"]), (r["solution"], r["answer"])]  # repeats, as real samples have
+    sequential = [verify_one(resp, gold).verdict for resp, gold in pairs]
+    with VerifierPool(2) as pool:
+        pooled = [v.verdict for v in pool.verify(pairs)]
+        assert pool.stats["cache_hits"] >= 30
+    assert pooled == sequential
+    assert sequential.count("correct") == 60 and sequential.count("no_answer") == 30
+
+
+def test_poisoned_responses_cost_only_their_own_verdict():
+    nested = "\\boxed{" + "{" * 10000 + "1" + "}" * 10000 + "}"
+    pairs = [("\\boxed{2}", "2"), ("\\boxed{9^{9^{9^9}}}", "2"), (nested, "1"), ("\\boxed{5}", "2")]
+    t0 = time.monotonic()
+    with VerifierPool(2, wall_s=3) as pool:
+        out = pool.verify(pairs)
+    assert time.monotonic() - t0 < 30
+    assert out[0].verdict == "correct" and out[3].verdict == "wrong"
+    assert out[1].verdict in ("timeout", "wrong", "error") and out[2].verdict in ("timeout", "wrong", "error", "correct")
+
+
+def test_verify_cli_explains_a_verdict():
+    r = subprocess.run([sys.executable, "-m", "prl.cli", "verify", "--dataset", "minerva_math",
+                        "--gold", "The mass is $\\boxed{4.5e33}$ g", "--response", "It is \\boxed{4.5\\times10^{33}}"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["verdict"] == "correct" and out["gold_normalized"] == "4.5 \\times 10^{33}"
+    assert out["extracted_answer"] == "4.5\\times10^{33}"
