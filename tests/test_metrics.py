@@ -1,0 +1,67 @@
+"""Metrics against brute-force enumeration and hand computation (issue 4, WIP)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from prl_core.metrics import (
+    average_at_k, bootstrap_ci, maj_at_k, mcnemar, micro_macro, paired_bootstrap_diff, pass_at_k,
+)
+
+
+@given(st.integers(1, 8).flatmap(lambda n: st.tuples(st.just(n), st.lists(st.booleans(), min_size=n, max_size=n))))
+def test_pass_at_k_equals_enumerating_k_subsets(case):
+    n, outcomes = case
+    c = sum(outcomes)
+    for k in range(1, n + 1):
+        subsets = list(itertools.combinations(range(n), k))
+        brute = sum(any(outcomes[i] for i in s) for s in subsets) / len(subsets)
+        assert pass_at_k(torch.tensor([c]), n, k).item() == pytest.approx(brute, abs=1e-12)
+
+
+def test_average_and_maj():
+    correct = torch.tensor([[1, 0, 1, 1], [0, 0, 0, 0]], dtype=torch.bool)
+    assert average_at_k(correct).tolist() == [0.75, 0.0]
+    ids = torch.tensor([[5, 7, 5, 7], [3, 3, -1, 4]])
+    ok = torch.tensor([[True, False, True, False], [False, False, False, True]])
+    assert maj_at_k(ids, ok, 4).tolist() == [1.0, 0.0]  # tie 5 vs 7 goes to 5 (first)
+    assert maj_at_k(ids, ok, 1).tolist() == [1.0, 0.0]
+    with pytest.raises(ValueError, match="^k"):
+        pass_at_k(torch.tensor([1]), 4, 5)
+
+
+def test_micro_and_macro_by_hand():
+    scores = {"a": torch.tensor([1.0, 0.0, 1.0, 1.0]), "b": torch.tensor([0.0, 1.0])}
+    agg = micro_macro(scores)
+    assert agg["micro"] == pytest.approx(4 / 6) and agg["macro"] == pytest.approx((0.75 + 0.5) / 2)
+
+
+def test_paper_five_avg_is_micro_with_the_benchmark_sizes():
+    # Table 1, Qwen2.5-Math-1.5B base, pass@8: per-dataset columns → reported 5 Avg 56.82
+    cols = {"math500": (81.60, 500), "minerva_math": (35.66, 272), "olympiad_bench": (48.15, 675),
+            "amc23": (65.00, 40), "aime24": (20.00, 30)}
+    micro = sum(v * n for v, n in cols.values()) / sum(n for _, n in cols.values())
+    assert round(micro, 2) == 56.82
+
+
+def test_bootstrap_and_paired_tests():
+    v = torch.tensor([1.0] * 50 + [0.0] * 50)
+    lo, hi = bootstrap_ci(v, seed=1)
+    assert lo < 0.5 < hi and hi - lo < 0.25
+    a = torch.tensor([0.0] * 100)
+    b = torch.tensor([1.0] * 30 + [0.0] * 70)
+    d = paired_bootstrap_diff(a, b, seed=1)
+    assert d["diff"] == pytest.approx(0.3) and d["lo"] > 0
+    m = mcnemar(a.bool(), b.bool())
+    assert (m["gained"], m["lost"]) == (30, 0) and m["p_value"] < 1e-8
+    assert mcnemar(b.bool(), b.bool())["p_value"] == 1.0
+    # exact two-sided p for 6 gained vs 2 lost: 2·P(X ≤ 2), X ~ Bin(8, 1/2)
+    x = torch.tensor([True] * 2 + [False] * 6)
+    y = torch.tensor([False] * 2 + [True] * 6)
+    assert mcnemar(x, y)["p_value"] == pytest.approx(2 * sum(math.comb(8, i) for i in range(3)) / 256)
