@@ -1,0 +1,78 @@
+-- The store's relations (DESIGN §4). Names are part of the user-facing SQL interface.
+-- Idempotent: every statement can run on an existing store.
+
+CREATE TABLE IF NOT EXISTS runs (
+    run_id      VARCHAR PRIMARY KEY,
+    kind        VARCHAR NOT NULL,            -- 'eval' | 'train' | 'reference'
+    model       VARCHAR,
+    created_at  TIMESTAMP NOT NULL DEFAULT current_timestamp,
+    status      VARCHAR NOT NULL,            -- 'running' | 'finished' | 'failed'
+    config      JSON,
+    manifest    JSON,                        -- git commit/dirty, packages, engine, sampling, template hash, seed
+    parent_run_id VARCHAR,                   -- eval runs made during training point at the training run
+    train_step  INTEGER
+);
+
+CREATE TABLE IF NOT EXISTS problems (
+    dataset         VARCHAR NOT NULL,
+    problem_id      VARCHAR NOT NULL,
+    problem         VARCHAR NOT NULL,
+    gold            VARCHAR NOT NULL,        -- the raw answer field, JSON-encoded
+    gold_normalized VARCHAR NOT NULL,
+    meta            JSON,
+    PRIMARY KEY (dataset, problem_id)
+);
+
+CREATE TABLE IF NOT EXISTS samples (
+    run_id           VARCHAR NOT NULL,
+    dataset          VARCHAR NOT NULL,
+    problem_id       VARCHAR NOT NULL,
+    sample_idx       INTEGER NOT NULL,
+    response         VARCHAR NOT NULL,
+    extracted_answer VARCHAR,
+    verdict          VARCHAR NOT NULL CHECK (verdict IN ('correct', 'wrong', 'no_answer', 'timeout', 'gold_unparsable', 'error')),
+    score            DOUBLE NOT NULL,
+    n_tokens         INTEGER,
+    finish_reason    VARCHAR,
+    verify_ms        DOUBLE,
+    PRIMARY KEY (run_id, dataset, problem_id, sample_idx)
+);
+
+CREATE TABLE IF NOT EXISTS train_metrics (
+    run_id VARCHAR NOT NULL,
+    step   INTEGER NOT NULL,
+    name   VARCHAR NOT NULL,                 -- namespaced: reward/mean, kl/ref, actor/clipfrac, prl/rho_mean ...
+    value  DOUBLE,
+    PRIMARY KEY (run_id, step, name)
+);
+
+CREATE TABLE IF NOT EXISTS prl_segments (
+    run_id      VARCHAR NOT NULL,
+    step        INTEGER NOT NULL,
+    rollout_idx INTEGER NOT NULL,
+    segment_idx INTEGER NOT NULL,
+    start_tok   INTEGER NOT NULL,
+    end_tok     INTEGER NOT NULL,            -- inclusive: the segment's boundary token
+    kl_to_go    DOUBLE,                      -- S at the boundary
+    rho         DOUBLE,
+    PRIMARY KEY (run_id, step, rollout_idx, segment_idx)
+);
+
+-- One row per (run, problem): how many samples, how many correct, average@n.
+CREATE OR REPLACE VIEW problem_outcomes AS
+SELECT run_id, dataset, problem_id,
+       count(*)                                   AS n,
+       sum(CASE WHEN verdict = 'correct' THEN 1 ELSE 0 END) AS c,
+       avg(score)                                 AS average
+FROM samples
+GROUP BY run_id, dataset, problem_id;
+
+-- One row per (run, data set): problems, samples per problem, average@n and pass@n.
+CREATE OR REPLACE VIEW dataset_metrics AS
+SELECT run_id, dataset,
+       count(*)                      AS problems,
+       min(n)                        AS n,
+       avg(average)                  AS average_at_n,
+       avg(CASE WHEN c > 0 THEN 1.0 ELSE 0.0 END) AS pass_at_n
+FROM problem_outcomes
+GROUP BY run_id, dataset;
