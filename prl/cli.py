@@ -18,6 +18,7 @@ reasoning. Subcommands available in this version:
   model build-tiny build the embedded tiny model (tokenizer + Llama weights) from a seed
   model sft        warm-start a model on the synthetic task, reporting accuracy before/after
   generate         sample n responses per problem with the vllm or hf engine
+  sql              run one read-only SQL query on a store
   verify           verify one response against a gold answer and print why (JSON)
   demo             the main job today: task -> tiny model -> warm start -> samples -> accuracy
 """
@@ -138,6 +139,18 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sql(args: argparse.Namespace) -> int:
+    from .sql_cli import QueryRefused, render, run_query
+
+    try:
+        cols, rows = run_query(args.db, args.query, timeout_s=args.timeout)
+    except QueryRefused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(render(cols, rows, args.format))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="prl", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -223,6 +236,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default=None, help="normalise the gold as this data set does (e.g. minerva_math)")
     p.add_argument("--timeout", type=int, default=5, help="Math-Verify timeout in whole seconds (default 5)")
     p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser(
+        "sql",
+        help="run one read-only SQL query on a store",
+        description="Run one SELECT (or WITH/DESCRIBE/SHOW) statement on a DuckDB store opened read-only, with "
+        "external access (files, network, extensions) off and the configuration locked. Writes, ATTACH, COPY, "
+        "INSTALL/LOAD and SET are refused; queries longer than --timeout are cut off.",
+    )
+    p.add_argument("query", help='e.g. "select dataset, avg(score) from samples group by 1"')
+    p.add_argument("--db", required=True, help="store file (.duckdb)")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds before the query is cut off (default 10)")
+    p.set_defaults(func=_cmd_sql)
 
     p = sub.add_parser(
         "demo",

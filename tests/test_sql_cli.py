@@ -1,0 +1,72 @@
+"""`prl sql`: read-only, no files, no network, no extensions; results as table/CSV/JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prl.sql_cli import QueryRefused, run_query
+from prl.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "store.duckdb"
+    with Store(path) as s:
+        s.insert_samples([dict(run_id="r1", dataset="a", problem_id=f"a/{i}", sample_idx=0, response="<script>x</script>",
+                               extracted_answer="1", verdict="correct" if i % 2 else "wrong", score=float(i % 2),
+                               n_tokens=3, finish_reason="stop", verify_ms=1.0) for i in range(4)])
+    (tmp_path / "secret.csv").write_text("a,b\n1,2\n")
+    return path
+
+
+def test_select_works(db):
+    cols, rows = run_query(db, "select verdict, count(*) as n from samples group by 1 order by 1")
+    assert cols == ["verdict", "n"] and rows == [("correct", 2), ("wrong", 2)]
+
+
+@pytest.mark.parametrize("sql, pattern", [
+    ("insert into samples values ('r', 'a', 'p', 9, 'x', null, 'correct', 1, 1, 'stop', 1)", "read-only|read only"),
+    ("delete from samples", "read-only|read only"),
+    ("create table t (x int)", "read-only|read only"),
+    ("attach 'other.duckdb'", "ATTACH is not allowed"),
+    ("copy samples to 'out.csv'", "COPY is not allowed"),
+    ("install httpfs", "INSTALL is not allowed"),
+    ("load httpfs", "LOAD is not allowed"),
+    ("set enable_external_access = true", "SET is not allowed"),
+    ("select 1; drop table samples", "exactly one statement"),
+])
+def test_writes_and_escapes_are_refused(db, sql, pattern):
+    with pytest.raises(QueryRefused, match=pattern):
+        run_query(db, sql)
+
+
+def test_local_files_and_network_are_unreachable(db, tmp_path):
+    for sql in (f"select * from read_csv('{tmp_path / 'secret.csv'}')", "select * from read_text('/etc/hostname')",
+                "select * from read_parquet('http://127.0.0.1:9/x.parquet')"):
+        with pytest.raises(QueryRefused, match="disabled|external access|Permission"):
+            run_query(db, sql)
+    with Store(db) as s:  # nothing changed
+        assert s.con.execute("select count(*) from samples").fetchone()[0] == 4
+
+
+def test_long_queries_are_cut_off(db):
+    with pytest.raises(QueryRefused, match="longer than 0.5 s"):
+        run_query(db, "select count(*) from range(1000000000000) a", timeout_s=0.5)
+
+
+def test_cli_formats(db):
+    r = subprocess.run([sys.executable, "-m", "prl.cli", "sql", "--db", str(db), "--format", "json",
+                        "select problem_id, response from samples order by 1 limit 1"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [{"problem_id": "a/0", "response": "<script>x</script>"}]
+    r = subprocess.run([sys.executable, "-m", "prl.cli", "sql", "--db", str(db), "drop table samples"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and "error: sql:" in r.stderr
