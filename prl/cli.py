@@ -18,6 +18,7 @@ reasoning. Subcommands available in this version:
   model build-tiny build the embedded tiny model (tokenizer + Llama weights) from a seed
   model sft        warm-start a model on the synthetic task, reporting accuracy before/after
   generate         sample n responses per problem with the vllm or hf engine
+  report           the paper's reference rows and the check of their 5 Avg
   sql              run one read-only SQL query on a store
   verify           verify one response against a gold answer and print why (JSON)
   demo             the main job today: task -> tiny model -> warm start -> samples -> accuracy
@@ -151,6 +152,13 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .paper import load_paper_tables, render_check
+
+    print(render_check(load_paper_tables()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="prl", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -249,6 +257,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds before the query is cut off (default 10)")
     p.set_defaults(func=_cmd_sql)
+
+    p = sub.add_parser(
+        "report",
+        help="print the paper's reference rows and check their 5 Avg",
+        description="Load the paper's Tables 1 and 3 (bundled) as reference rows, recompute each row's '5 Avg' "
+        "as the size-weighted (micro) mean of its five columns, show the macro mean beside it, and flag rows "
+        "whose reported value does not match. (Run aggregates from a store come with the evaluation flow.)",
+    )
+    p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser(
         "demo",

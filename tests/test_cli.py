@@ -74,3 +74,9 @@ def test_demo_main_job_end_to_end(tmp_path):
     r2 = subprocess.run([*PRL, "demo", "--out", str(tmp_path / "demo"), "--sft-steps", "50", "--n", "2"],
                         capture_output=True, text=True, cwd=ROOT, timeout=1200)
     assert r2.returncode == 0 and "tiny model: reusing" in r2.stdout and "warm start: reusing" in r2.stdout
+
+
+def test_report_flags_the_one_paper_row():
+    r = run("report")
+    assert r.returncode == 0
+    assert "reproduces 27; flagged: Table 1 Qwen2.5-Math-1.5B RAFT (62.2945 vs 62.23)" in r.stdout

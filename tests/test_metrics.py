@@ -65,3 +65,13 @@ def test_bootstrap_and_paired_tests():
     x = torch.tensor([True] * 2 + [False] * 6)
     y = torch.tensor([False] * 2 + [True] * 6)
     assert mcnemar(x, y)["p_value"] == pytest.approx(2 * sum(math.comb(8, i) for i in range(3)) / 256)
+
+
+def test_paper_tables_reproduce_except_exactly_one_row():
+    from prl.paper import load_paper_tables
+
+    rows = load_paper_tables()
+    assert len(rows) == 28
+    bad = [r for r in rows if not r.matches]
+    assert [(r.table, r.base_model, r.method) for r in bad] == [(1, "Qwen2.5-Math-1.5B", "RAFT")]
+    assert bad[0].computed_5avg == pytest.approx(62.2945, abs=1e-4) and bad[0].reported_5avg == 62.23
