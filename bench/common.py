@@ -115,9 +115,10 @@ def render_results_md() -> Path:
         notes = RESULTS_DIR.parent / "notes" / "advantages.md"
         if notes.exists():
             out += [notes.read_text().strip(), ""]
-    gen_notes = RESULTS_DIR.parent / "notes" / "generation.md"
-    if gen_notes.exists():
-        out += [gen_notes.read_text().strip(), ""]
+    for extra in ("generation.md", "verify.md"):
+        notes_file = RESULTS_DIR.parent / "notes" / extra
+        if notes_file.exists():
+            out += [notes_file.read_text().strip(), ""]
     path = RESULTS_DIR.parent / "RESULTS.md"
     path.write_text("\n".join(out) + "\n")
     return path

@@ -91,6 +91,8 @@ def verify_one(response: str, gold: str, *, timeout_s: int = 5) -> Verdict:
 # ─── the pool ───────────────────────────────────────────────────────────────────────────────
 
 def _worker(conn, timeout_s: int, memory_mb: int) -> None:
+    import math_verify  # noqa: F401 - import (~1 s) while the parent prepares the batch
+
     if memory_mb:
         import resource
 

@@ -1,0 +1,112 @@
+"""Benchmark: verification of 12,136 responses (1,517 benchmark problems × 8), DESIGN §6.
+
+Responses are synthetic but shaped like real samples: some reasoning text, then a boxed answer
+that is the gold (written as the gold or reformatted), a wrong value, or missing; answers
+repeat within a problem's 8 samples as real models' do. Measured in one run:
+
+  sequential  verify_one() in a loop, no cache (the baseline)
+  pool+cache  VerifierPool(2 workers) with the (answer, gold) cache
+
+Target: pool+cache ≥ 2× the sequential loop, identical verdicts.
+
+    python bench/verify.py [--limit N]
+
+Writes bench/results/verify.json and bench/notes/verify.md, and re-renders bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, render_results_md, write_json  # noqa: E402
+
+from prl.datasets import BENCHMARKS, load_dataset  # noqa: E402
+from prl.verifier import VerifierPool, verify_one  # noqa: E402
+
+REASONING = ["Let us compute step by step.", "First we simplify the expression.", "We substitute the values.",
+             "Therefore, combining the cases,", "Checking the boundary conditions gives"]
+
+
+def responses_for(gold: str, rng: random.Random, n: int = 8) -> list[str]:
+    wrong = [f"{rng.randint(2, 99)}", f"\\frac{{{rng.randint(1, 9)}}}{{{rng.randint(2, 9)}}}", "x + 1"]
+    pool = [gold, gold, gold.replace(" ", ""), wrong[0], wrong[1], wrong[2], None]
+    picks = [rng.choice(pool) for _ in range(3)]  # a few distinct answers, repeated across the 8 samples
+    out = []
+    for _ in range(n):
+        ans = rng.choice(picks)
+        text = " ".join(rng.sample(REASONING, 3))
+        out.append(text + (" I cannot finish this." if ans is None else f" The answer is $\\boxed{{{ans}}}$."))
+    return out
+
+
+NOTE = (
+    "Across runs on these machines the speed-up sits at the edge of the target (1.78× and 2.02× in two runs "
+    "of the same code): the two vCPUs give only ~1.4× from parallelism (DESIGN §5 measured 1.3–1.5×), the "
+    "cache skips two thirds of the items, and a pipe round trip per item costs the rest. Sending items to "
+    "the workers in chunks is the next step.\n"
+)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--limit", type=int, default=None, help="problems per benchmark (default: all 1,517)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    rng = random.Random(args.seed)
+    pairs = []
+    for name in BENCHMARKS:
+        problems, _ = load_dataset(name, flag_raw_only=False)
+        for p in problems[: args.limit]:
+            pairs += [(r, p.gold) for r in responses_for(p.gold, rng)]
+    print(f"verifying {len(pairs)} responses ({len(pairs) // 8} problems x 8)")
+
+    t0 = time.perf_counter()
+    sequential = [verify_one(r, g) for r, g in pairs]
+    seq_s = time.perf_counter() - t0
+    print(f"  sequential, no cache: {seq_s:.1f} s")
+
+    t0 = time.perf_counter()
+    with VerifierPool(args.workers) as pool:
+        start_s = time.perf_counter() - t0
+        pooled = pool.verify(pairs)
+        stats = dict(pool.stats)
+    pool_s = time.perf_counter() - t0
+    mismatches = [i for i, (a, b) in enumerate(zip(sequential, pooled)) if a.verdict != b.verdict]
+    print(f"  pool ({args.workers} workers) + cache: {pool_s:.1f} s (worker start {start_s:.1f} s), "
+          f"cache hits {stats['cache_hits']}, killed {stats['killed']}")
+    ratio = seq_s / pool_s
+    print(f"  speed-up {ratio:.2f}x [target >= 2x: {'met' if ratio >= 2 else 'MISSED'}]; "
+          f"verdict mismatches: {len(mismatches)}")
+    results = {
+        "machine": machine(), "responses": len(pairs), "workers": args.workers,
+        "sequential_s": seq_s, "pool_cache_s": pool_s, "pool_start_s": start_s, "speedup": ratio,
+        "meets_target_2x": ratio >= 2, "verdict_mismatches": len(mismatches),
+        "verdicts": dict(Counter(v.verdict for v in sequential)), "pool_stats": stats,
+    }
+    if args.limit is None:
+        write_json("verify", results)
+        notes = Path(__file__).resolve().parent / "notes" / "verify.md"
+        notes.write_text(
+            "### Verification: process pool + cache vs the sequential loop (`bench/verify.py`)\n\n"
+            f"{len(pairs):,} responses (1,517 benchmark problems × 8, synthetic text with repeated answers), "
+            f"{results['machine']['cpu']}, {results['machine']['cores']} cores, commit {results['machine']['git_commit']}.\n\n"
+            "| sequential, no cache | pool + cache | speed-up (target ≥ 2×) | cache hits | verdict mismatches |\n"
+            "|---|---|---|---|---|\n"
+            f"| {seq_s:.1f} s | {pool_s:.1f} s ({args.workers} workers, start {start_s:.1f} s) | **{ratio:.2f}×** "
+            f"{'(met)' if ratio >= 2 else '(missed)'} | {stats['cache_hits']:,} | {len(mismatches)} |\n\n"
+            f"Verdicts: {', '.join(f'{k} {v:,}' for k, v in sorted(results['verdicts'].items()))}.\n\n"
+            + NOTE
+        )
+        print(f"wrote {render_results_md()}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
