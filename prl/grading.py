@@ -1,16 +1,14 @@
-"""Answer grading with Math-Verify, in process (the fault-tolerant process-pool verifier of
-the evaluation path builds on the same calls)."""
+"""In-process grading shorthand: True when the verifier's verdict is ``correct``.
+
+For batches of model outputs use :class:`prl.verifier.VerifierPool` (hard limits, cache); this
+is for quick checks where a bool is all that is needed (SFT accuracy, the demo's table).
+"""
 
 from __future__ import annotations
+
+from .verifier import verify_one
 
 
 def is_correct(response: str, gold: str, *, timeout_s: int = 5) -> bool:
     """True when the response's final answer equals ``gold`` by Math-Verify."""
-    from math_verify import parse, verify
-
-    try:
-        pred = parse(response, parsing_timeout=timeout_s)
-        ref = parse("\\boxed{" + gold + "}", parsing_timeout=timeout_s)
-        return bool(pred) and bool(verify(ref, pred, timeout_seconds=timeout_s))
-    except BaseException:  # math_verify's TimeoutException derives from BaseException
-        return False
+    return verify_one(response, gold, timeout_s=timeout_s).verdict == "correct"
