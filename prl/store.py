@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -18,9 +17,12 @@ _NAME = re.compile(r"^--\s*name:\s*([A-Za-z_][A-Za-z0-9_]*)\s*$", re.MULTILINE)
 
 
 def sql_dir() -> Path:
-    """``sql/`` of the source tree, or the copy installed with the package."""
+    """``sql/`` of the source tree (the package is installed editable, as the README does)."""
     here = Path(__file__).resolve().parents[1] / "sql"
-    return here if here.is_dir() else Path(str(resources.files("prl") / "sql"))
+    if not here.is_dir():
+        raise FileNotFoundError(f"{here}: the store's SQL files are missing; install the project editable "
+                                "(scripts/install.sh) from a checkout")
+    return here
 
 
 def load_queries(path: str | Path | None = None) -> dict[str, str]:
