@@ -18,7 +18,8 @@ reasoning. Subcommands available in this version:
   model build-tiny build the embedded tiny model (tokenizer + Llama weights) from a seed
   model sft        warm-start a model on the synthetic task, reporting accuracy before/after
   generate         sample n responses per problem with the vllm or hf engine
-  report           the paper's reference rows and the check of their 5 Avg
+  eval             evaluate a model on benchmarks into a store (Prefect flow, resumable)
+  report           scores of stored runs with CIs, a paired comparison, the paper's rows
   sql              run one read-only SQL query on a store
   verify           verify one response against a gold answer and print why (JSON)
   demo             the main job today: task -> tiny model -> warm start -> samples -> accuracy
@@ -155,7 +156,37 @@ def _cmd_sql(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from .paper import load_paper_tables, render_check
 
-    print(render_check(load_paper_tables()))
+    if args.db is None:
+        print(render_check(load_paper_tables()))
+        return 0
+    from .report import report
+    from .store import Store
+
+    store = Store(args.db, create=False)
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()] if args.runs else None
+    ks = [int(k) for k in args.k.split(",")] if args.k else None
+    print(report(store, runs, ks, as_json=args.json, include_paper=not args.no_paper))
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from .evaluate import EvalConfig
+
+    cfg = EvalConfig(
+        model=args.model, datasets=tuple(d.strip() for d in args.datasets.split(",") if d.strip()), n=args.n,
+        db=args.db, run_id=args.run_id, engine=args.engine, limit=args.limit, max_tokens=args.max_tokens,
+        temperature=args.temperature, top_p=args.top_p, seed=args.seed, chunk_problems=args.chunk,
+        verifier_workers=args.verifier_workers, strict=not args.lenient, max_model_len=args.max_model_len,
+    )
+    from .engines.base import check_model_dir
+
+    check_model_dir(cfg.model)  # a one-line error before Prefect starts
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.evaluate import evaluate
+
+    summary = evaluate(cfg, progress=not args.no_progress)
+    print(json.dumps(summary, indent=2))
+    print(f"next: prl report --db {cfg.db} --runs {summary['run_id']}", file=sys.stderr)
     return 0
 
 
@@ -259,12 +290,69 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_sql)
 
     p = sub.add_parser(
+        "eval",
+        help="evaluate a model on benchmarks into a store (Prefect flow, resumable)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Generate --n samples per problem with the evaluation prompt of DESIGN §3 (the model's own chat
+template), verify each with Math-Verify in worker processes (verdicts correct / wrong /
+no_answer / timeout / gold_unparsable / error), and store every sample in the DuckDB store
+--db with the run's reproducibility manifest (config, seed, engine and versions, template hash,
+git commit). Runs as the Prefect flow 'evaluate' with a progress bar.
+
+Resumable: the same command (the run id is derived from model and sampling settings) skips
+problems already stored and finishes the rest; a killed run loses at most the chunk in flight.
+Resuming an existing --run-id with other sampling settings is refused.
+
+Data sets: math500, minerva_math, olympiad_bench, aime24, amc23 (bundled), synth_test (the
+synthetic task's held-out split), or paths to .jsonl/.parquet files with problem and answer.
+
+example:
+  prl eval --model runs/demo/models/tiny-sft --datasets math500,amc23,synth_test --n 8 \\
+           --limit 20 --max-tokens 256 --db runs/store.duckdb
+  prl report --db runs/store.duckdb
+""")
+    p.add_argument("--model", required=True, help="model directory (Hugging Face layout)")
+    p.add_argument("--datasets", default="math500", help="comma-separated data sets or files (default math500)")
+    p.add_argument("--n", type=int, default=8, help="samples per problem (default 8, as the paper)")
+    p.add_argument("--db", default="runs/store.duckdb", help="store file, created if missing (default runs/store.duckdb)")
+    p.add_argument("--run-id", default=None, help="run id (default: model name + hash of the settings)")
+    p.add_argument("--engine", choices=("vllm", "hf"), default="vllm", help="generation engine (default vllm)")
+    p.add_argument("--limit", type=int, default=None, help="only the first K problems of each data set")
+    p.add_argument("--max-tokens", type=int, default=3072, help="max new tokens per sample (default 3072, as the paper)")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (default 1.0)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--chunk", type=int, default=32, help="problems per generate/verify/store transaction (default 32)")
+    p.add_argument("--verifier-workers", type=int, default=2, help="Math-Verify worker processes (default 2)")
+    p.add_argument("--max-model-len", type=int, default=None, help="engine context length (default: the model's)")
+    p.add_argument("--lenient", action="store_true", help="skip bad rows of user data files (counted) instead of failing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser(
         "report",
-        help="print the paper's reference rows and check their 5 Avg",
-        description="Load the paper's Tables 1 and 3 (bundled) as reference rows, recompute each row's '5 Avg' "
-        "as the size-weighted (micro) mean of its five columns, show the macro mean beside it, and flag rows "
-        "whose reported value does not match. (Run aggregates from a store come with the evaluation flow.)",
-    )
+        help="scores of stored runs with CIs, a paired comparison, and the paper's reference rows",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+With --db: for each run (default: every run with samples), per data set average@n, unbiased
+pass@k and maj@n with 95% bootstrap CIs over problems; micro (size-weighted, the paper's
+"5 Avg") and macro (mean of data sets) aggregates labelled with sizes; the suspicious passes
+(correct answer, reasoning that hardly refers to the problem). With two or more runs, the first
+two are compared on their common problems: difference of average@n with a paired bootstrap CI,
+McNemar's exact test on pass@k success, problems gained and lost.
+
+Always: the paper's Tables 1 and 3 as reference rows, with each row's "5 Avg" recomputed from
+its columns (sizes 500/272/675/40/30) and the row that does not match flagged.
+
+example:
+  prl report --db runs/store.duckdb --runs base-run,prl-run --k 1,8
+""")
+    p.add_argument("--db", default=None, help="store file; without it only the paper's rows are checked")
+    p.add_argument("--runs", default=None, help="comma-separated run ids (A,B: B is compared against A)")
+    p.add_argument("--k", default=None, help="comma-separated k for pass@k (default 1,2,4,8,… up to n)")
+    p.add_argument("--json", action="store_true", help="machine-readable JSON instead of tables")
+    p.add_argument("--no-paper", action="store_true", help="leave out the paper's reference rows")
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser(
@@ -292,7 +380,29 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("interrupted (rerun the same command to resume)", file=sys.stderr)
+        return 130
+    except Exception as e:  # known input errors: one line, no traceback
+        if _is_user_error(e):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _is_user_error(e: Exception) -> bool:
+    from prl_core.config import ConfigError
+
+    from .datasets import DatasetError
+    from .engines.base import EngineError
+    from .evaluate import EvalError
+    from .prompts import PromptError
+    from .report import ReportError
+    from .store import StoreError
+
+    return isinstance(e, (ConfigError, DatasetError, EngineError, EvalError, PromptError, ReportError, StoreError))
 
 
 if __name__ == "__main__":

@@ -15,8 +15,10 @@ has it (JSON-encoded), kept beside it. Normalisation, per data set:
 - amc23: float answers (``27.0``) become integers when integral.
 - aime24: zero padding (``'025'``) is removed.
 
-Golds that Math-Verify cannot parse at all are flagged ``meta["gold_raw_only"]``: a correct
-answer written any other way than the raw string will be scored wrong.
+Golds that Math-Verify does not read whole are flagged ``meta["gold_raw_only"] = True`` with
+``meta["gold_flag"]`` saying why (:func:`gold_flag`): a correct answer written any other way
+than the raw string will be scored wrong. This finds the six DESIGN §3 lists (minerva #27,
+#38, #268, #269; olympiad #34, #96) and a few more of the same kinds.
 """
 
 from __future__ import annotations
@@ -101,20 +103,39 @@ def normalize_gold(dataset: str, answer: Any) -> str:
     return str(answer).strip()
 
 
-def gold_parses(gold: str) -> bool:
-    """Whether Math-Verify turns the gold into a math object; if it yields only the string itself,
-    the gold can only match as a raw string.
+_LATEX_CMD = re.compile(r"\\[A-Za-z]+")
+_TEXT_ARG = re.compile(r"\\(?:text|mathrm|mbox|operatorname)\s*\{[^{}]*\}")
+_LONE_LETTER = re.compile(r"(?<![A-Za-z])[A-Za-z](?![A-Za-z])")
 
-    Provisional: this finds 5 of the 6 raw-only golds DESIGN §3 lists (minerva #27, #38, #269,
-    olympiad #34, #96); minerva #268 parses to a wrong fragment (2/3) and is not caught yet.
+
+def gold_flag(gold: str) -> str | None:
+    """Why a gold can only match as written, or None if Math-Verify reads it whole.
+
+    ``"raw_only"``: parsing yields no math object, only the string itself, so a correct answer
+    written any other way is scored wrong. ``"parse_drops_symbols"``: the gold has variables
+    (``\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}``) but parses to a constant fragment (``2/3``),
+    so a response is compared with the fragment, not the gold. Both are flagged, not fixed:
+    the scores they give are the published protocol's, and the user should see them.
     """
     from math_verify import parse
 
     try:
         parsed = parse("\\boxed{" + gold + "}", parsing_timeout=5)
     except BaseException:  # TimeoutException derives from BaseException
-        return False
-    return any(not isinstance(x, str) for x in parsed)
+        return "raw_only"
+    objects = [x for x in parsed if not isinstance(x, str)]
+    if not objects:
+        return "raw_only"
+    letters = _LONE_LETTER.findall(_LATEX_CMD.sub(" ", _TEXT_ARG.sub(" ", gold)))
+    symbols = getattr(objects[0], "free_symbols", None)
+    if letters and symbols is not None and not symbols:
+        return "parse_drops_symbols"
+    return None
+
+
+def gold_parses(gold: str) -> bool:
+    """Whether Math-Verify reads the gold whole (see :func:`gold_flag`)."""
+    return gold_flag(gold) is None
 
 
 # ─── loading ────────────────────────────────────────────────────────────────────────────────
@@ -254,6 +275,12 @@ def load_dataset(name_or_path: str, *, strict: bool = True, flag_raw_only: bool 
             f"dataset: unknown {name_or_path!r}; use one of {', '.join(DATASETS)} or a .jsonl/.parquet path"
         )
     if flag_raw_only:
-        problems = [p if gold_parses(p.gold) else Problem(p.dataset, p.problem_id, p.problem, p.gold, p.gold_raw,
-                                                          {**p.meta, "gold_raw_only": True}) for p in problems]
+        problems = [_flagged(p, gold_flag(p.gold)) for p in problems]
     return problems, skipped
+
+
+def _flagged(p: Problem, flag: str | None) -> Problem:
+    if flag is None:
+        return p
+    return Problem(p.dataset, p.problem_id, p.problem, p.gold, p.gold_raw,
+                   {**p.meta, "gold_raw_only": True, "gold_flag": flag})

@@ -1,19 +1,45 @@
-"""The DuckDB store (DESIGN §4): schema and named queries live in ``sql/``; this module only
-loads them by name and binds parameters. Writes are idempotent (``ON CONFLICT DO NOTHING``
-on each relation's key), so re-running an evaluation never duplicates a sample.
+"""The DuckDB store (DESIGN §4). Schema and named queries live in ``sql/``; this module loads
+them by name and binds parameters — Python never builds SQL text.
 
-(Issue 4, in progress: the concurrent-reader design — short write transactions or Parquet
-shards — and the read-only SQL entry point come with the evaluation flow.)
+Concurrency. DuckDB lets one process at a time hold a store file open for writing, and a
+read-only process cannot open it while a writer holds it (nor a writer while readers do). So
+**no process keeps the file open**: every write is one short transaction on a connection
+opened for it (an evaluation writes one chunk of samples at a time, tens of milliseconds), and
+every read opens a read-only connection for one query and closes it. When the file is busy, the
+open is retried with jittered back-off for up to ``lock_timeout_s``; only a process that holds
+the file longer than that (another tool keeping it open) makes it fail, with
+:class:`StoreLocked` naming the holder. Dashboards and ``prl sql`` therefore see fresh data on
+every query while flows write.
+
+Writes are idempotent: ``ON CONFLICT DO NOTHING`` on each relation's key, so re-running an
+evaluation never duplicates a sample, and a chunk is either wholly stored or not at all.
+``:memory:`` stores (tests) keep one connection instead.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import re
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 _NAME = re.compile(r"^--\s*name:\s*([A-Za-z_][A-Za-z0-9_]*)\s*$", re.MULTILINE)
+_LOCK_HOLDER = re.compile(r"Conflicting lock is held in (.*?)(?: See also|$)")
+
+# Column order of the samples relation, as the bulk insert binds it.
+SAMPLE_COLUMNS = ("run_id", "dataset", "problem_id", "sample_idx", "response", "extracted_answer", "verdict",
+                  "score", "n_tokens", "finish_reason", "verify_ms", "relevance", "answer_only")
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used as asked; the message says why and what to do."""
+
+
+class StoreLocked(StoreError):
+    """Another process held the store file for longer than the lock timeout."""
 
 
 def sql_dir() -> Path:
@@ -38,41 +64,162 @@ def load_queries(path: str | Path | None = None) -> dict[str, str]:
     return queries
 
 
+def _is_lock_error(e: Exception) -> bool:
+    return "lock" in str(e).lower() and ("conflicting" in str(e).lower() or "could not set" in str(e).lower())
+
+
+def connect(path: str | Path, *, read_only: bool, lock_timeout_s: float = 30.0):
+    """A DuckDB connection to ``path``, retrying while another process holds the file."""
+    import duckdb
+
+    path = str(path)
+    if read_only and path != ":memory:" and not Path(path).exists():
+        raise StoreError(f"{path}: no such store (create one with `prl eval --db {path} …`)")
+    deadline = time.monotonic() + lock_timeout_s
+    delay = 0.005
+    while True:
+        try:
+            return duckdb.connect(path, read_only=read_only)
+        except duckdb.IOException as e:
+            if not _is_lock_error(e):
+                raise StoreError(f"{path}: cannot open the store: {str(e).splitlines()[0]}") from None
+            if time.monotonic() >= deadline:
+                holder = _LOCK_HOLDER.search(str(e))
+                raise StoreLocked(
+                    f"{path}: the store was held by another process for more than {lock_timeout_s:g} s"
+                    f"{' (' + holder.group(1).strip() + ')' if holder else ''}; close the program holding it "
+                    "open (flows and the dashboard only open it per transaction)") from None
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.25)
+
+
 class Store:
-    """A read-write connection to a store file (or ``:memory:``), schema applied."""
+    """A store file (or ``:memory:``) with the schema applied; connections are opened per transaction."""
 
-    def __init__(self, path: str | Path = ":memory:"):
-        import duckdb
-
+    def __init__(self, path: str | Path = ":memory:", *, lock_timeout_s: float = 30.0, create: bool = True):
         self.path = str(path)
-        self.con = duckdb.connect(self.path)
-        self.con.execute((sql_dir() / "schema.sql").read_text(encoding="utf-8"))
+        self.lock_timeout_s = lock_timeout_s
         self.q = load_queries()
+        self._mem = None
+        if self.path == ":memory:":
+            import duckdb
 
-    def run(self, name: str, **params: Any):
+            self._mem = duckdb.connect(":memory:")
+            self._mem.execute(_schema_sql())
+            return
+        if not create:
+            if not Path(self.path).exists():
+                raise StoreError(f"{self.path}: no such store (create one with `prl eval --db {self.path} …`)")
+            return
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        with self.write() as con:
+            con.execute(_schema_sql())
+
+    # ---- connections ---------------------------------------------------------------------------
+
+    @contextmanager
+    def write(self) -> Iterator[Any]:
+        """One write transaction: committed on exit, rolled back (nothing stored) on an exception."""
+        con = self._mem if self._mem is not None else connect(self.path, read_only=False,
+                                                              lock_timeout_s=self.lock_timeout_s)
+        con.execute("BEGIN TRANSACTION")
+        try:
+            yield con
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        finally:
+            if con is not self._mem:
+                con.close()
+
+    @contextmanager
+    def read(self) -> Iterator[Any]:
+        """A read-only connection for a few queries (closed on exit so writers are not blocked)."""
+        if self._mem is not None:
+            yield self._mem
+            return
+        con = connect(self.path, read_only=True, lock_timeout_s=self.lock_timeout_s)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    # ---- named queries -----------------------------------------------------------------------
+
+    def _sql(self, name: str) -> str:
         if name not in self.q:
             raise KeyError(f"query {name!r} is not in sql/queries.sql")
-        return self.con.execute(self.q[name], {k: _bind(v) for k, v in params.items()})
+        return self.q[name]
 
     def rows(self, name: str, **params: Any) -> list[tuple]:
-        return self.run(name, **params).fetchall()
+        """Rows of a named read query."""
+        with self.read() as con:
+            return con.execute(self._sql(name), _binds(params)).fetchall()
+
+    def df(self, name: str, **params: Any):
+        """A named read query as a pandas DataFrame."""
+        with self.read() as con:
+            return con.execute(self._sql(name), _binds(params)).df()
+
+    def execute(self, name: str, **params: Any) -> None:
+        """Run one named write statement in its own transaction."""
+        with self.write() as con:
+            con.execute(self._sql(name), _binds(params))
+
+    def execute_many(self, name: str, param_rows: Iterable[dict[str, Any]]) -> None:
+        """Run a named write statement once per parameter set, all in one transaction."""
+        with self.write() as con:
+            for params in param_rows:
+                con.execute(self._sql(name), _binds(params))
+
+    # ---- bulk writes -------------------------------------------------------------------------
 
     def insert_samples(self, rows: Iterable[dict[str, Any]]) -> int:
-        """Insert sample rows in one transaction; rows already stored are skipped. Returns rows added."""
+        """Insert sample rows in one transaction; rows already stored are skipped. Returns rows added.
+
+        Rows are dicts keyed by :data:`SAMPLE_COLUMNS` (``relevance``/``answer_only`` may be
+        missing). They go in as one Arrow table, so a million rows take seconds.
+        """
+        import pyarrow as pa
+
         rows = list(rows)
-        before = self.con.execute("SELECT count(*) FROM samples").fetchone()[0]
-        self.con.execute("BEGIN TRANSACTION")
-        try:
-            for r in rows:
-                self.run("insert_sample", **r)
-            self.con.execute("COMMIT")
-        except Exception:
-            self.con.execute("ROLLBACK")
-            raise
-        return self.con.execute("SELECT count(*) FROM samples").fetchone()[0] - before
+        if not rows:
+            return 0
+        cols = {c: [r.get(c) for r in rows] for c in SAMPLE_COLUMNS}
+        table = pa.table({
+            **{c: pa.array(cols[c], pa.string()) for c in ("run_id", "dataset", "problem_id", "response",
+                                                        "extracted_answer", "verdict", "finish_reason")},
+            "sample_idx": pa.array(cols["sample_idx"], pa.int32()),
+            "score": pa.array(cols["score"], pa.float64()),
+            "n_tokens": pa.array(cols["n_tokens"], pa.int32()),
+            "verify_ms": pa.array(cols["verify_ms"], pa.float64()),
+            "relevance": pa.array(cols["relevance"], pa.float64()),
+            "answer_only": pa.array(cols["answer_only"], pa.bool_()),
+        }).select(list(SAMPLE_COLUMNS))
+        return self.insert_sample_table(table)
+
+    def insert_sample_table(self, table) -> int:
+        """Insert an Arrow table with :data:`SAMPLE_COLUMNS` (idempotent, one transaction)."""
+        with self.write() as con:
+            before = con.execute(self._sql("count_samples")).fetchall()[0][0]
+            con.register("incoming_samples", table)
+            try:
+                con.execute(self._sql("insert_incoming_samples"))
+            finally:
+                con.unregister("incoming_samples")
+            return con.execute(self._sql("count_samples")).fetchall()[0][0] - before
+
+    def insert_problems(self, problems: Iterable[Any]) -> None:
+        """Insert :class:`prl.datasets.Problem` rows (existing ones are kept as they are)."""
+        self.execute_many("insert_problem", (
+            {"dataset": p.dataset, "problem_id": p.problem_id, "problem": p.problem, "gold": p.gold_raw,
+             "gold_normalized": p.gold, "meta": p.meta} for p in problems))
 
     def close(self) -> None:
-        self.con.close()
+        if self._mem is not None:
+            self._mem.close()
+            self._mem = None
 
     def __enter__(self):
         return self
@@ -81,5 +228,13 @@ class Store:
         self.close()
 
 
+def _schema_sql() -> str:
+    return (sql_dir() / "schema.sql").read_text(encoding="utf-8")
+
+
+def _binds(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: _bind(v) for k, v in params.items()}
+
+
 def _bind(value: Any) -> Any:
-    return json.dumps(value) if isinstance(value, (dict, list)) else value
+    return json.dumps(value, default=str) if isinstance(value, (dict, list)) else value

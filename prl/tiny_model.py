@@ -45,7 +45,7 @@ class TinyModelSpec:
     """Query heads (head_dim = hidden_size / heads = 32)."""
     num_key_value_heads: int = 2
     """KV heads (grouped-query attention, as Llama-3.2 and Qwen2.5)."""
-    max_position_embeddings: int = 512
+    max_position_embeddings: int = 4096
     """Context length."""
     tokenizer_corpus_size: int = 4000
     """Train-split problems whose text trains the tokenizer."""

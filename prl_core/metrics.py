@@ -100,3 +100,29 @@ def mcnemar(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
         return {"gained": 0, "lost": 0, "p_value": 1.0}
     tail = sum(math.comb(m, i) for i in range(0, min(gained, lost) + 1)) / 2**m
     return {"gained": gained, "lost": lost, "p_value": min(1.0, 2 * tail)}
+
+
+def aggregate_bootstrap_ci(scores: dict[str, torch.Tensor], *, how: str = "micro", iters: int = 2000,
+                           alpha: float = 0.05, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap CI of the micro or macro aggregate of per-problem scores by data set.
+
+    Problems are resampled within each data set (stratified), so every replicate keeps the data
+    sets' sizes; the aggregate is recomputed per replicate as :func:`micro_macro` does.
+    """
+    if how not in ("micro", "macro"):
+        raise ValueError(f"how: expected 'micro' or 'macro', got {how!r}")
+    parts = [s.to(torch.float64) for s in scores.values() if s.numel()]
+    if not parts:
+        return (math.nan, math.nan)
+    gen = torch.Generator().manual_seed(seed)
+    sums = torch.zeros(iters, dtype=torch.float64)
+    means = torch.zeros(iters, dtype=torch.float64)
+    for v in parts:
+        idx = torch.randint(0, v.numel(), (iters, v.numel()), generator=gen)
+        rep = v[idx]
+        sums += rep.sum(dim=1)
+        means += rep.mean(dim=1)
+    total = sum(v.numel() for v in parts)
+    agg = sums / total if how == "micro" else means / len(parts)
+    lo, hi = torch.quantile(agg, torch.tensor([alpha / 2, 1 - alpha / 2], dtype=torch.float64)).tolist()
+    return (lo, hi)

@@ -4,7 +4,7 @@
 -- name: upsert_run
 INSERT INTO runs (run_id, kind, model, status, config, manifest, parent_run_id, train_step)
 VALUES ($run_id, $kind, $model, $status, $config, $manifest, $parent_run_id, $train_step)
-ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, manifest = excluded.manifest;
+ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, manifest = excluded.manifest, config = excluded.config;
 
 -- name: set_run_status
 UPDATE runs SET status = $status WHERE run_id = $run_id;
@@ -37,3 +37,41 @@ SELECT dataset, problem_id, n, c, average FROM problem_outcomes WHERE run_id = $
 -- name: verdict_counts
 SELECT dataset, verdict, count(*) AS samples FROM samples WHERE run_id = $run_id GROUP BY dataset, verdict
 ORDER BY dataset, verdict;
+
+-- name: count_samples
+SELECT count(*) FROM samples;
+
+-- name: insert_incoming_samples
+-- bulk insert of an Arrow table registered as incoming_samples (prl.store.Store.insert_sample_table)
+INSERT INTO samples BY NAME SELECT * FROM incoming_samples ON CONFLICT DO NOTHING;
+
+-- name: stored_counts_for_run
+-- samples already stored per problem: a resumed evaluation regenerates only problems with fewer than n
+SELECT dataset, problem_id, count(*) AS stored FROM samples WHERE run_id = $run_id GROUP BY dataset, problem_id;
+
+-- name: get_run
+SELECT run_id, kind, model, created_at, status, config, manifest, parent_run_id, train_step
+FROM runs WHERE run_id = $run_id;
+
+-- name: list_runs
+SELECT r.run_id, r.kind, r.model, r.created_at, r.status,
+       (SELECT count(*) FROM samples s WHERE s.run_id = r.run_id) AS samples
+FROM runs r ORDER BY r.created_at, r.run_id;
+
+-- name: outcomes_for_runs
+-- per-problem n and c of the given runs (list parameter), for pass@k, average@k and paired comparisons
+SELECT run_id, dataset, problem_id, n, c FROM problem_outcomes
+WHERE list_contains($run_ids, run_id) ORDER BY run_id, dataset, problem_id;
+
+-- name: answers_for_run
+-- extracted answers in sample order, for maj@k
+SELECT dataset, problem_id, sample_idx, extracted_answer, verdict = 'correct' AS correct
+FROM samples WHERE run_id = $run_id ORDER BY dataset, problem_id, sample_idx;
+
+-- name: suspicious_passes_for_run
+SELECT dataset, problem_id, sample_idx, relevance, answer_only, extracted_answer, n_tokens
+FROM suspicious_passes WHERE run_id = $run_id ORDER BY answer_only DESC, relevance, dataset, problem_id, sample_idx
+LIMIT $limit;
+
+-- name: problem_sizes
+SELECT dataset, count(*) AS problems FROM problems GROUP BY dataset ORDER BY dataset;

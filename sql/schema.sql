@@ -35,8 +35,13 @@ CREATE TABLE IF NOT EXISTS samples (
     n_tokens         INTEGER,
     finish_reason    VARCHAR,
     verify_ms        DOUBLE,
+    relevance        DOUBLE,                 -- share of the problem's content terms the reasoning uses (prl.relevance)
+    answer_only      BOOLEAN,                -- the response is (almost) nothing but its final answer
     PRIMARY KEY (run_id, dataset, problem_id, sample_idx)
 );
+-- stores made before these columns existed
+ALTER TABLE samples ADD COLUMN IF NOT EXISTS relevance DOUBLE;
+ALTER TABLE samples ADD COLUMN IF NOT EXISTS answer_only BOOLEAN;
 
 CREATE TABLE IF NOT EXISTS train_metrics (
     run_id VARCHAR NOT NULL,
@@ -76,3 +81,11 @@ SELECT run_id, dataset,
        avg(CASE WHEN c > 0 THEN 1.0 ELSE 0.0 END) AS pass_at_n
 FROM problem_outcomes
 GROUP BY run_id, dataset;
+
+-- Correct samples that hardly refer to their problem (the paper's Appendix-C case: right answer,
+-- reasoning about something else) or give only an answer. Thresholds: prl.relevance.SUSPICIOUS_BELOW.
+CREATE OR REPLACE VIEW suspicious_passes AS
+SELECT s.run_id, s.dataset, s.problem_id, s.sample_idx, s.relevance, s.answer_only, s.extracted_answer,
+       s.n_tokens, s.response
+FROM samples s
+WHERE s.verdict = 'correct' AND (s.answer_only OR s.relevance < 0.15);

@@ -69,9 +69,20 @@ def test_raw_only_golds_are_flagged():
     for name in ("minerva_math", "olympiad_bench"):
         problems, _ = load_dataset(name)
         flagged |= {(name, i) for i, p in enumerate(problems) if p.meta.get("gold_raw_only")}
-    # DESIGN §3 lists six; #268 (parsed as a wrong fragment) is not caught yet.
-    assert {("minerva_math", 27), ("minerva_math", 38), ("minerva_math", 269),
+    # the six DESIGN §3 lists; #268 parses to the fragment 2/3
+    assert {("minerva_math", 27), ("minerva_math", 38), ("minerva_math", 268), ("minerva_math", 269),
             ("olympiad_bench", 34), ("olympiad_bench", 96)} <= flagged
+    assert len(flagged) < 20  # a flag, not a blanket: ordinary golds with variables parse whole
+
+
+def test_gold_flag_reasons():
+    from prl.datasets import gold_flag
+
+    assert gold_flag("\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}") == "parse_drops_symbols"
+    assert gold_flag("-1./3") == "raw_only"
+    assert gold_flag("x^2 + 1") is None
+    assert gold_flag("\\frac{3}{4}") is None
+    assert gold_flag("4.5 \\times 10^{33}") is None
 
 
 def test_bad_files_name_file_line_and_field(tmp_path):

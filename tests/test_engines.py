@@ -20,10 +20,10 @@ from prl import task
 from prl.engines import EngineError, PromptError, Sample, SamplingConfig, make_engine
 from prl.engines.base import prompt_seeds
 from prl.generate import GenerateInputError, add_cli, main as generate_main, manifest_path, read_problems, run_generate
-from prl.tiny_model import build_tiny
+from prl.tiny_model import TinyModelSpec, build_tiny
 
 LOGPROB_TOL = 1e-4
-CONTEXT = 512  # the tiny model's max_position_embeddings
+CONTEXT = 512  # max_position_embeddings of the tiny model these tests build
 
 
 # ------------------------------------------------------------------------------------------------
@@ -32,7 +32,8 @@ CONTEXT = 512  # the tiny model's max_position_embeddings
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    return build_tiny(tmp_path_factory.mktemp("engines") / "tiny", seed=0)
+    # a 512-token context keeps the context-limit tests small (the default tiny model has 4096)
+    return build_tiny(tmp_path_factory.mktemp("engines") / "tiny", seed=0, spec=TinyModelSpec(max_position_embeddings=CONTEXT))
 
 
 @pytest.fixture(scope="module")
@@ -251,7 +252,7 @@ def test_bad_engine_arguments(tiny):
     with pytest.raises(EngineError, match="dtype"):
         make_engine("hf", tiny, dtype="float8")
     with pytest.raises(EngineError, match="max_model_len=4096 exceeds"):
-        make_engine("hf", tiny, max_model_len=4096)
+        make_engine("hf", tiny, max_model_len=CONTEXT * 8)
     with pytest.raises(EngineError, match="batch_size"):
         make_engine("hf", tiny, batch_size=0)
     with pytest.raises(EngineError, match="engine 'hf' does not take gpu_memory_utilization"):

@@ -1,0 +1,294 @@
+"""Evaluation: benchmarks → generation → Math-Verify → store (DESIGN §3, §4).
+
+The steps as plain functions; ``flows/evaluate.py`` wraps them as a Prefect flow with a
+progress bar, and ``prl eval`` runs that flow.
+
+Resumable and idempotent at sample granularity. Problems are processed in chunks; each chunk
+is generated, verified, and written in **one** store transaction, so a run killed at any point
+has whole chunks stored and nothing partial. On restart with the same settings (the default
+run id is derived from them) the run's stored samples are counted per problem and only
+problems with fewer than ``n`` are generated again; inserts skip samples already stored. With
+vLLM every prompt's samples depend only on (seed, prompt), so a resumed run stores the samples
+an uninterrupted run would have. Restarting an existing run id with different sampling
+settings or another model is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .datasets import DATASETS, DatasetError, Problem, load_dataset
+from .engines.base import ENGINE_KINDS, Engine, EngineError, SamplingConfig, check_model_dir
+from .relevance import answer_only, relevance
+from .store import Store
+
+DEFAULT_DB = "runs/store.duckdb"
+
+
+class EvalError(ValueError):
+    """The evaluation cannot run with these settings; the message says why and how to fix it."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """One evaluation run: which model, which problems, how sampled, where stored."""
+
+    model: str
+    """Model directory (Hugging Face layout with a chat template)."""
+    datasets: tuple[str, ...] = ("math500",)
+    """Bundled benchmarks (math500, minerva_math, olympiad_bench, aime24, amc23), synth_test, or .jsonl/.parquet paths."""
+    n: int = 8
+    """Samples per problem."""
+    db: str = DEFAULT_DB
+    """Store file (DuckDB); created if missing."""
+    run_id: str | None = None
+    """Run id; default: model directory name + a hash of the settings, so the same command resumes."""
+    engine: str = "vllm"
+    """Generation engine: 'vllm' or 'hf' (transformers.generate)."""
+    limit: int | None = None
+    """Only the first K problems of each data set."""
+    max_tokens: int = 3072
+    """Maximum new tokens per sample (the paper: 3072)."""
+    temperature: float = 1.0
+    """Sampling temperature (the paper: 1.0)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (the paper: 1.0)."""
+    seed: int = 0
+    """Sampling seed (vLLM: per prompt, so shards and resumed runs reproduce one run)."""
+    chunk_problems: int = 32
+    """Problems per generate → verify → store transaction (the unit of resumption)."""
+    verifier_workers: int = 2
+    """Math-Verify worker processes."""
+    verify_timeout_s: int = 5
+    """Math-Verify's own timeout per call (integer seconds); the hard wall-clock kill is 3× this."""
+    strict: bool = True
+    """Refuse user data files with bad rows (False: skip them and report how many)."""
+    dtype: str = "float32"
+    """Model dtype for generation."""
+    max_model_len: int | None = None
+    """Context length for the engine (default: the model's)."""
+    parent_run_id: str | None = None
+    """The training run this evaluation belongs to (evaluations made during training)."""
+    train_step: int | None = None
+    """The training step of the evaluated weights."""
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra engine options (e.g. {'in_process': True} for vLLM)."""
+
+    def __post_init__(self) -> None:
+        def fail(name: str, msg: str) -> None:
+            raise EvalError(f"{name}: {msg}")
+
+        if not self.datasets:
+            fail("datasets", "give at least one data set")
+        for d in self.datasets:
+            if d not in DATASETS and Path(d).suffix not in (".jsonl", ".parquet"):
+                fail("datasets", f"unknown {d!r}; use one of {', '.join(DATASETS)} or a .jsonl/.parquet path")
+        if len(set(self.datasets)) != len(self.datasets):
+            fail("datasets", "a data set is listed twice")
+        for name in ("n", "chunk_problems", "verifier_workers", "max_tokens", "verify_timeout_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                fail(name, f"expected an integer >= 1, got {v!r}")
+        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1):
+            fail("limit", f"expected an integer >= 1, got {self.limit!r}")
+        if self.engine not in ENGINE_KINDS:
+            fail("engine", f"expected one of {', '.join(ENGINE_KINDS)}, got {self.engine!r}")
+        if not 0 <= self.temperature:
+            fail("temperature", f"must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            fail("top_p", f"must be in (0, 1], got {self.top_p}")
+        if self.temperature == 0 and self.n > 1:
+            fail("n", "greedy decoding (temperature 0) gives n identical samples; use n=1 or temperature > 0")
+        if (self.parent_run_id is None) != (self.train_step is None):
+            fail("train_step", "give parent_run_id and train_step together (an evaluation of a training checkpoint)")
+
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(n=self.n, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens,
+                              seed=self.seed, logprobs=False)
+
+    def identity(self) -> dict[str, Any]:
+        """What must not change when a run is resumed: the same model sampled the same way."""
+        return {"model": str(Path(self.model).resolve()), "n": self.n, "engine": self.engine,
+                "max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
+                "seed": self.seed, "dtype": self.dtype}
+
+    def resolved_run_id(self) -> str:
+        if self.run_id:
+            return self.run_id
+        digest = hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()[:8]
+        return f"{Path(self.model).resolve().name}-{self.engine}-n{self.n}-{digest}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["datasets"] = list(self.datasets)
+        d["run_id"] = self.resolved_run_id()
+        return d
+
+
+# ─── steps ──────────────────────────────────────────────────────────────────────────────────
+
+def load_problems(cfg: EvalConfig, log: Callable[[str], None] = print) -> list[Problem]:
+    """Every problem of the configured data sets (first ``limit`` of each), in a stable order."""
+    problems: list[Problem] = []
+    for name in cfg.datasets:
+        found, skipped = load_dataset(name, strict=cfg.strict)
+        if skipped:
+            log(f"{name}: skipped {len(skipped)} bad rows (lenient): " + "; ".join(skipped[:3])
+                + (" …" if len(skipped) > 3 else ""))
+        if not found:
+            raise DatasetError(f"{name}: no usable problems")
+        problems.extend(found[: cfg.limit] if cfg.limit else found)
+    keys = [(p.dataset, p.problem_id) for p in problems]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise DatasetError(f"{dup[0]}: problem id {dup[1]!r} occurs twice; ids must be unique per data set")
+    return problems
+
+
+def run_manifest(cfg: EvalConfig, problems: Sequence[Problem], engine_info: dict[str, Any] | None = None,
+                 template: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything needed to reproduce the run (DESIGN §4)."""
+    from importlib import metadata
+
+    from .generate import git_state, package_versions
+    from .prompts import SYSTEM_PROMPT, USER_SUFFIX
+
+    counts: dict[str, int] = {}
+    for p in problems:
+        counts[p.dataset] = counts.get(p.dataset, 0) + 1
+    return {
+        "kind": "eval",
+        "config": cfg.to_dict(),
+        "sampling": cfg.sampling().to_dict(),
+        "seed": cfg.seed,
+        "problems": counts,
+        "engine": engine_info,
+        "prompt": {"system": SYSTEM_PROMPT, "user_suffix": USER_SUFFIX, "add_generation_prompt": True, **(template or {})},
+        "verifier": {"math_verify": metadata.version("math-verify"), "timeout_s": cfg.verify_timeout_s,
+                     "wall_s": 3 * cfg.verify_timeout_s, "verdicts": "correct|wrong|no_answer|timeout|gold_unparsable|error"},
+        "packages": {**package_versions(), "prefect": _version("prefect"), "duckdb": _version("duckdb"),
+                     "math-verify": _version("math-verify")},
+        "git": git_state(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "argv": sys.argv,
+    }
+
+
+def _version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def register_run(store: Store, cfg: EvalConfig, problems: Sequence[Problem]) -> dict[str, Any]:
+    """Record the run (status 'running') and its problems; refuse to resume with other settings.
+
+    Returns {"run_id", "resumed"}.
+    """
+    run_id = cfg.resolved_run_id()
+    existing = store.rows("get_run", run_id=run_id)
+    resumed = bool(existing)
+    if existing:
+        kind, old_config = existing[0][1], json.loads(existing[0][5] or "{}")
+        if kind != "eval":
+            raise EvalError(f"run_id: {run_id!r} is a {kind} run in {cfg.db}; choose another --run-id")
+        old = {k: old_config.get(k) for k in cfg.identity()}
+        old["model"] = str(Path(old_config.get("model", "")).resolve()) if old_config.get("model") else None
+        diff = {k: (old[k], v) for k, v in cfg.identity().items() if old[k] != v}
+        if diff:
+            changes = ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in diff.items())
+            raise EvalError(f"run_id: {run_id!r} already exists in {cfg.db} with other settings ({changes}); "
+                            "resume it with the same settings or choose another --run-id")
+    store.insert_problems(problems)
+    config = cfg.to_dict()
+    if existing:  # a resumed run keeps its config, with the union of data sets
+        old_config = json.loads(existing[0][5] or "{}")
+        config["datasets"] = sorted(set(old_config.get("datasets", [])) | set(config["datasets"]))
+    store.execute("upsert_run", run_id=run_id, kind="eval", model=str(Path(cfg.model).resolve()), status="running",
+                  config=config, manifest=run_manifest(cfg, problems), parent_run_id=cfg.parent_run_id,
+                  train_step=cfg.train_step)
+    return {"run_id": run_id, "resumed": resumed}
+
+
+def pending_problems(store: Store, run_id: str, problems: Sequence[Problem], n: int) -> list[Problem]:
+    """The problems with fewer than ``n`` stored samples in this run."""
+    stored = {(d, pid): c for d, pid, c in store.rows("stored_counts_for_run", run_id=run_id)}
+    return [p for p in problems if stored.get((p.dataset, p.problem_id), 0) < n]
+
+
+def chunked(items: Sequence[Problem], size: int) -> list[list[Problem]]:
+    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+
+
+def start_engine(cfg: EvalConfig) -> Engine:
+    from .engines.base import make_engine
+
+    check_model_dir(cfg.model)
+    kwargs = dict(cfg.engine_kwargs)
+    if cfg.engine == "vllm":
+        kwargs.setdefault("in_process", None)  # CPU: in-process (~2 s start); GPU: vLLM's own processes
+    return make_engine(cfg.engine, cfg.model, dtype=cfg.dtype, seed=cfg.seed, max_model_len=cfg.max_model_len, **kwargs)
+
+
+def check_prompts(engine: Engine, problems: Sequence[Problem]) -> None:
+    """Refuse, before generating anything, problems whose prompt does not fit the engine's context."""
+    prompts = engine.build_prompts([p.problem for p in problems])
+    lengths = [len(x) for x in engine.tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+    limit = engine.max_model_len
+    too_long = [(p, n) for p, n in zip(problems, lengths) if limit is not None and n >= limit]
+    if too_long:
+        listed = ", ".join(f"{p.problem_id} ({n} tokens)" for p, n in too_long[:5])
+        raise EvalError(f"{len(too_long)} prompt(s) do not fit the model's context of {limit} tokens: {listed}"
+                        f"{' …' if len(too_long) > 5 else ''}; use a model with a longer context, a larger "
+                        "max_model_len, or leave those data sets out")
+
+
+def generate_chunk(engine: Engine, problems: Sequence[Problem], sampling: SamplingConfig) -> list:
+    """``sampling.n`` samples for each problem, ordered by problem then sample."""
+    prompts = engine.build_prompts([p.problem for p in problems])
+    return engine.generate(prompts, sampling, progress=False)
+
+
+def verify_chunk(pool, run_id: str, problems: Sequence[Problem], samples: Sequence) -> list[dict[str, Any]]:
+    """Store rows for the samples of a chunk: verdict, extracted answer, relevance."""
+    verdicts = pool.verify([(s.text, problems[s.prompt_index].gold) for s in samples])
+    rows = []
+    for s, v in zip(samples, verdicts):
+        p = problems[s.prompt_index]
+        rows.append({
+            "run_id": run_id, "dataset": p.dataset, "problem_id": p.problem_id, "sample_idx": s.sample_index,
+            "response": s.text, "extracted_answer": v.extracted, "verdict": v.verdict, "score": v.score,
+            "n_tokens": s.n_tokens, "finish_reason": s.finish_reason, "verify_ms": round(v.ms, 3),
+            "relevance": relevance(p.problem, s.text), "answer_only": answer_only(s.text),
+        })
+    return rows
+
+
+def finish_run(store: Store, cfg: EvalConfig, run_id: str, problems: Sequence[Problem], engine_info, template,
+               summary: dict[str, Any]) -> None:
+    old = store.rows("get_run", run_id=run_id)
+    old_manifest = json.loads(old[0][6]) if old and old[0][6] else {}
+    if engine_info is None:  # nothing was generated this time: keep what the generating attempt recorded
+        engine_info = old_manifest.get("engine")
+        template = {k: v for k, v in old_manifest.get("prompt", {}).items() if k.startswith("template")} or None
+    manifest = run_manifest(cfg, problems, engine_info, template)
+    manifest["summary"] = summary
+    config = json.loads(old[0][5]) if old and old[0][5] else cfg.to_dict()
+    store.execute("upsert_run", run_id=run_id, kind="eval", model=str(Path(cfg.model).resolve()), status="finished",
+                  config=config, manifest=manifest, parent_run_id=cfg.parent_run_id, train_step=cfg.train_step)
+
+
+def mark_failed(store: Store, run_id: str) -> None:
+    """Status 'failed' (what is stored stays; rerunning the same command resumes)."""
+    store.execute("set_run_status", run_id=run_id, status="failed")
