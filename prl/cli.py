@@ -178,9 +178,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         temperature=args.temperature, top_p=args.top_p, seed=args.seed, chunk_problems=args.chunk,
         verifier_workers=args.verifier_workers, strict=not args.lenient, max_model_len=args.max_model_len,
     )
-    from .engines.base import check_model_dir
+    from .evaluate import preflight
 
-    check_model_dir(cfg.model)  # a one-line error before Prefect starts
+    preflight(cfg)  # input errors as one line, before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.evaluate import evaluate
 
@@ -374,6 +374,7 @@ example:
 def main(argv: list[str] | None = None) -> int:
     # vLLM logs every engine step at INFO; users see our own progress lines instead.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries results (JSON, tables)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -191,14 +191,10 @@ def _version(name: str) -> str | None:
         return None
 
 
-def register_run(store: Store, cfg: EvalConfig, problems: Sequence[Problem]) -> dict[str, Any]:
-    """Record the run (status 'running') and its problems; refuse to resume with other settings.
-
-    Returns {"run_id", "resumed"}.
-    """
+def check_resumable(store: Store, cfg: EvalConfig) -> list[tuple]:
+    """The stored run row if ``cfg``'s run id exists (and may be resumed), [] if new; EvalError otherwise."""
     run_id = cfg.resolved_run_id()
     existing = store.rows("get_run", run_id=run_id)
-    resumed = bool(existing)
     if existing:
         kind, old_config = existing[0][1], json.loads(existing[0][5] or "{}")
         if kind != "eval":
@@ -210,14 +206,41 @@ def register_run(store: Store, cfg: EvalConfig, problems: Sequence[Problem]) -> 
             changes = ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in diff.items())
             raise EvalError(f"run_id: {run_id!r} already exists in {cfg.db} with other settings ({changes}); "
                             "resume it with the same settings or choose another --run-id")
+    return existing
+
+
+def preflight(cfg: EvalConfig) -> None:
+    """Checks that need no engine and no flow: the model directory, user data files, resumability.
+    ``prl eval`` runs them first so that input errors are one line, not a failed flow run."""
+    check_model_dir(cfg.model)
+    for name in cfg.datasets:
+        if name not in DATASETS:
+            load_dataset(name, strict=cfg.strict, flag_raw_only=False)
+    if Path(cfg.db).exists():
+        check_resumable(Store(cfg.db, create=False), cfg)
+
+
+def register_run(store: Store, cfg: EvalConfig, problems: Sequence[Problem]) -> dict[str, Any]:
+    """Record the run (status 'running') and its problems; refuse to resume with other settings.
+
+    Returns {"run_id", "resumed"}.
+    """
+    run_id = cfg.resolved_run_id()
+    existing = check_resumable(store, cfg)
+    resumed = bool(existing)
     store.insert_problems(problems)
     config = cfg.to_dict()
     if existing:  # a resumed run keeps its config, with the union of data sets
         old_config = json.loads(existing[0][5] or "{}")
         config["datasets"] = sorted(set(old_config.get("datasets", [])) | set(config["datasets"]))
+    manifest = run_manifest(cfg, problems)
+    if existing:  # keep what the attempts that generated recorded about the engine and template
+        old_manifest = json.loads(existing[0][6] or "{}")
+        manifest["engine"] = old_manifest.get("engine")
+        manifest["prompt"] = old_manifest.get("prompt", manifest["prompt"])
+        manifest["attempts"] = old_manifest.get("attempts", 1) + 1
     store.execute("upsert_run", run_id=run_id, kind="eval", model=str(Path(cfg.model).resolve()), status="running",
-                  config=config, manifest=run_manifest(cfg, problems), parent_run_id=cfg.parent_run_id,
-                  train_step=cfg.train_step)
+                  config=config, manifest=manifest, parent_run_id=cfg.parent_run_id, train_step=cfg.train_step)
     return {"run_id": run_id, "resumed": resumed}
 
 
@@ -284,6 +307,7 @@ def finish_run(store: Store, cfg: EvalConfig, run_id: str, problems: Sequence[Pr
         template = {k: v for k, v in old_manifest.get("prompt", {}).items() if k.startswith("template")} or None
     manifest = run_manifest(cfg, problems, engine_info, template)
     manifest["summary"] = summary
+    manifest["attempts"] = old_manifest.get("attempts", 1)
     config = json.loads(old[0][5]) if old and old[0][5] else cfg.to_dict()
     store.execute("upsert_run", run_id=run_id, kind="eval", model=str(Path(cfg.model).resolve()), status="finished",
                   config=config, manifest=manifest, parent_run_id=cfg.parent_run_id, train_step=cfg.train_step)

@@ -22,13 +22,14 @@ class QueryRefused(ValueError):
     """The statement is not a read-only query, or it failed; the message says which."""
 
 
-def connect_read_only(db: str | Path):
-    import duckdb
+def connect_read_only(db: str | Path, lock_timeout_s: float = 30.0):
+    """A read-only connection with external access off (waits while a flow's write transaction holds the file)."""
+    from .store import StoreError, connect
 
-    path = Path(db)
-    if not path.exists():
-        raise QueryRefused(f"{db}: no such store")
-    con = duckdb.connect(str(path), read_only=True)
+    try:
+        con = connect(db, read_only=True, lock_timeout_s=lock_timeout_s)
+    except StoreError as e:
+        raise QueryRefused(str(e)) from None
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con

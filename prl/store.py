@@ -207,7 +207,10 @@ class Store:
             try:
                 con.execute(self._sql("insert_incoming_samples"))
             finally:
-                con.unregister("incoming_samples")
+                try:
+                    con.unregister("incoming_samples")
+                except Exception:  # an aborted transaction refuses it; the original error is what matters
+                    pass
             return con.execute(self._sql("count_samples")).fetchall()[0][0] - before
 
     def insert_problems(self, problems: Iterable[Any]) -> None:

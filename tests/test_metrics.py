@@ -75,3 +75,19 @@ def test_paper_tables_reproduce_except_exactly_one_row():
     bad = [r for r in rows if not r.matches]
     assert [(r.table, r.base_model, r.method) for r in bad] == [(1, "Qwen2.5-Math-1.5B", "RAFT")]
     assert bad[0].computed_5avg == pytest.approx(62.2945, abs=1e-4) and bad[0].reported_5avg == 62.23
+
+
+def test_aggregate_bootstrap_keeps_strata_and_brackets_the_estimate():
+    from prl_core.metrics import aggregate_bootstrap_ci
+
+    scores = {"big": torch.tensor([1.0] * 90 + [0.0] * 10), "small": torch.tensor([0.0] * 9 + [1.0])}
+    lo, hi = aggregate_bootstrap_ci(scores, how="micro", iters=500)
+    assert lo <= micro_macro(scores)["micro"] <= hi
+    lo_m, hi_m = aggregate_bootstrap_ci(scores, how="macro", iters=500)
+    assert lo_m <= micro_macro(scores)["macro"] <= hi_m
+    # constant data sets: stratified resampling cannot move either aggregate
+    const = {"a": torch.ones(5), "b": torch.zeros(20)}
+    assert aggregate_bootstrap_ci(const, how="micro") == pytest.approx((0.2, 0.2))
+    assert aggregate_bootstrap_ci(const, how="macro") == pytest.approx((0.5, 0.5))
+    with pytest.raises(ValueError, match="how"):
+        aggregate_bootstrap_ci(const, how="median")

@@ -26,7 +26,7 @@ def test_named_queries_load_and_are_unique():
 
 
 def test_views_from_given_rows(store):
-    store.run("upsert_run", run_id="r1", kind="eval", model="tiny", status="running", config={"n": 2},
+    store.execute("upsert_run", run_id="r1", kind="eval", model="tiny", status="running", config={"n": 2},
               manifest={"seed": 0}, parent_run_id=None, train_step=None)
     rows = [sample("r1", "a", "a/1", 0, "correct"), sample("r1", "a", "a/1", 1, "wrong"),
             sample("r1", "a", "a/2", 0, "no_answer"), sample("r1", "a", "a/2", 1, "timeout"),
@@ -42,7 +42,7 @@ def test_writes_are_idempotent(store):
     rows = [sample("r1", "a", "a/1", i, "correct") for i in range(4)]
     assert store.insert_samples(rows) == 4
     assert store.insert_samples(rows + [sample("r1", "a", "a/1", 4, "wrong")]) == 1
-    assert store.con.execute("SELECT count(*) FROM samples").fetchone()[0] == 5
+    assert store.rows("count_samples")[0][0] == 5
     assert sorted(store.rows("stored_sample_keys", run_id="r1")) == [("a", "a/1", i) for i in range(5)]
 
 
@@ -50,4 +50,101 @@ def test_bad_verdicts_are_refused_and_nothing_is_half_written(store):
     rows = [sample("r1", "a", "a/1", 0, "correct"), sample("r1", "a", "a/1", 1, "maybe")]
     with pytest.raises(Exception, match="CHECK|constraint"):
         store.insert_samples(rows)
-    assert store.con.execute("SELECT count(*) FROM samples").fetchone()[0] == 0
+    assert store.rows("count_samples")[0][0] == 0
+
+
+def test_suspicious_passes_view(store):
+    rows = [sample("r1", "a", "a/1", 0, "correct"), sample("r1", "a", "a/1", 1, "correct"),
+            sample("r1", "a", "a/2", 0, "correct"), sample("r1", "a", "a/2", 1, "wrong"),
+            sample("r1", "a", "a/3", 0, "correct")]
+    rel = [0.9, 0.05, None, 0.01, 0.5]
+    only = [False, False, True, False, False]
+    for r, x, o in zip(rows, rel, only):
+        r.update(relevance=x, answer_only=o)
+    store.insert_samples(rows)
+    # correct and (answer only or relevance < 0.15): a/1#1 (0.05) and a/2#0 (answer only); a/2#1 is wrong
+    assert store.rows("suspicious_passes_for_run", run_id="r1", limit=10) == [
+        ("a", "a/2", 0, None, True, None, 10), ("a", "a/1", 1, 0.05, False, None, 10)]
+
+
+def test_old_store_gains_new_columns(tmp_path):
+    import duckdb
+
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE samples (run_id VARCHAR NOT NULL, dataset VARCHAR NOT NULL, problem_id VARCHAR NOT NULL, "
+                "sample_idx INTEGER NOT NULL, response VARCHAR NOT NULL, extracted_answer VARCHAR, verdict VARCHAR NOT NULL, "
+                "score DOUBLE NOT NULL, n_tokens INTEGER, finish_reason VARCHAR, verify_ms DOUBLE, "
+                "PRIMARY KEY (run_id, dataset, problem_id, sample_idx))")
+    con.execute("INSERT INTO samples VALUES ('r', 'a', 'a/1', 0, 'x', '1', 'correct', 1, 1, 'stop', 1)")
+    con.close()
+    s = Store(path)
+    assert s.insert_samples([dict(sample("r", "a", "a/1", 1, "wrong"), relevance=0.5, answer_only=False)]) == 1
+    assert s.rows("count_samples") == [(2,)]
+
+
+def test_insert_samples_is_bulk_and_typed(store):
+    rows = [dict(sample("r", "d", f"d/{i // 8}", i % 8, "correct" if i % 3 else "wrong"), relevance=i / 1000,
+                 answer_only=i % 5 == 0) for i in range(800)]
+    assert store.insert_samples(rows) == 800
+    assert store.insert_samples(rows) == 0
+    assert store.rows("dataset_metrics_for_run", run_id="r")[0][:3] == ("d", 100, 8)
+
+
+WRITER = r"""
+import sys, time
+from prl.store import Store
+s = Store(sys.argv[1])
+for chunk in range(int(sys.argv[2])):
+    s.insert_samples([dict(run_id="w", dataset="d", problem_id=f"d/{chunk}", sample_idx=i, response="x" * 200,
+                           extracted_answer="1", verdict="correct", score=1.0, n_tokens=5, finish_reason="stop",
+                           verify_ms=1.0) for i in range(64)])
+print("done", flush=True)
+"""
+
+HOLDER = r"""
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1])
+print("holding", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_readers_see_fresh_rows_while_another_process_writes(tmp_path):
+    """A real concurrent writer: readers never get a lock error and see counts grow."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "busy.duckdb"
+    reader = Store(path)
+    chunks = 150
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(chunks)], stdout=subprocess.PIPE, text=True)
+    seen = []
+    while writer.poll() is None:
+        seen.append(reader.rows("count_samples")[0][0])
+        assert reader.rows("dataset_metrics_for_run", run_id="w") is not None
+    assert writer.wait() == 0 and writer.stdout.read().strip() == "done"
+    final = reader.rows("count_samples")[0][0]
+    assert final == chunks * 64
+    assert seen == sorted(seen)  # never goes backwards
+    assert len(set(seen)) > 2, f"reads should interleave with the writer's chunks, saw {sorted(set(seen))[:10]}"
+    assert all(c % 64 == 0 for c in seen)  # whole transactions only
+
+
+def test_a_store_held_open_too_long_names_the_holder(tmp_path):
+    import subprocess
+    import sys
+
+    from prl.store import StoreLocked
+
+    path = tmp_path / "held.duckdb"
+    Store(path)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), "20"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        with pytest.raises(StoreLocked, match=r"held by another process for more than 0.5 s.*PID"):
+            Store(path, lock_timeout_s=0.5, create=False).rows("count_samples")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert Store(path, create=False).rows("count_samples") == [(0,)]  # usable again once released

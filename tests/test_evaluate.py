@@ -1,0 +1,150 @@
+"""The evaluation flow end to end on the tiny model: real Prefect, real engines, real
+Math-Verify workers, a real DuckDB file; a real SIGKILL mid-run, then resumption."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from prl.evaluate import EvalConfig, EvalError
+from prl.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_config_is_validated_up_front(tmp_path):
+    ok = dict(model=str(tmp_path), datasets=("synth_test",))
+    EvalConfig(**ok)
+    for bad, msg in [
+        (dict(datasets=("mathh500",)), "datasets: unknown 'mathh500'"),
+        (dict(datasets=()), "datasets: give at least one"),
+        (dict(datasets=("amc23", "amc23")), "listed twice"),
+        (dict(n=0), "n: expected an integer >= 1"),
+        (dict(limit=0), "limit: expected an integer >= 1"),
+        (dict(engine="tgi"), "engine: expected one of vllm, hf"),
+        (dict(temperature=0.0, n=4), "greedy decoding"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(parent_run_id="train-1"), "give parent_run_id and train_step together"),
+    ]:
+        with pytest.raises(EvalError, match=msg):
+            EvalConfig(**{**ok, **bad})
+
+
+def test_run_id_is_stable_for_the_same_settings(tmp_path):
+    a = EvalConfig(model=str(tmp_path), datasets=("amc23",))
+    assert a.resolved_run_id() == EvalConfig(model=str(tmp_path), datasets=("math500",), limit=3).resolved_run_id()
+    assert a.resolved_run_id() != EvalConfig(model=str(tmp_path), datasets=("amc23",), seed=1).resolved_run_id()
+
+
+def _counts(db, run_id):
+    return {(d, p): c for d, p, c in Store(db, create=False).rows("stored_counts_for_run", run_id=run_id)}
+
+
+def test_flow_stores_every_sample_and_resumes_idempotently(tiny_model_dir, tmp_path, prefect_harness):
+    from flows.evaluate import evaluate
+
+    db = str(tmp_path / "store.duckdb")
+    cfg = EvalConfig(model=str(tiny_model_dir), datasets=("synth_test", "amc23", "minerva_math"), n=2, db=db,
+                     engine="hf", limit=3, max_tokens=12, chunk_problems=4)
+    summary = evaluate(cfg, progress=False)
+    assert summary["problems"] == 9 and summary["samples_added"] == 18 and summary["stored_samples"] == 18
+    counts = _counts(db, summary["run_id"])
+    assert len(counts) == 9 and set(counts.values()) == {2}
+    store = Store(db, create=False)
+    [(run_id, kind, model, _created, status, config, manifest, *_)] = store.rows("get_run", run_id=summary["run_id"])
+    manifest = json.loads(manifest)
+    assert (kind, status) == ("eval", "finished")
+    assert manifest["seed"] == 0 and manifest["sampling"]["n"] == 2 and manifest["engine"]["engine"] == "hf"
+    assert len(manifest["prompt"]["template_sha256"]) == 64 and manifest["git"]["commit"]
+    assert manifest["packages"]["duckdb"] and manifest["verifier"]["math_verify"]
+    assert manifest["problems"] == {"synth_test": 3, "amc23": 3, "minerva_math": 3}
+    # problems are stored with raw and normalised gold; minerva's gold is the inner boxed answer
+    with store.read() as con:
+        rows = con.execute("select problem_id, gold, gold_normalized from problems where dataset='minerva_math'").fetchall()
+        verdicts = {v for (v,) in con.execute("select distinct verdict from samples").fetchall()}
+        rel = con.execute("select count(*) from samples where relevance is null or answer_only is null").fetchall()
+    assert len(rows) == 3 and all("boxed" in json.loads(g) and "boxed" not in gn for _, g, gn in rows)
+    assert verdicts <= {"correct", "wrong", "no_answer", "timeout", "gold_unparsable", "error"}
+    assert rel == [(0,)]
+
+    again = evaluate(cfg, progress=False)  # same command: nothing to do, nothing duplicated
+    assert again["run_id"] == summary["run_id"] and again["skipped_complete"] == 9 and again["samples_added"] == 0
+    assert _counts(db, summary["run_id"]) == counts
+    assert json.loads(store.rows("get_run", run_id=summary["run_id"])[0][6])["engine"]["engine"] == "hf"
+
+    more = evaluate(EvalConfig(**{**cfg.__dict__, "limit": 4}), progress=False)  # extend the same run
+    assert more["samples_added"] == 6 and more["skipped_complete"] == 9
+    with pytest.raises(EvalError, match=r"already exists .* other settings \(n 2 → 3\)"):
+        evaluate(EvalConfig(**{**cfg.__dict__, "n": 3, "run_id": summary["run_id"]}), progress=False)
+
+
+def test_prompts_longer_than_the_context_are_refused_before_generating(tiny_model_dir, tmp_path, prefect_harness):
+    from flows.evaluate import evaluate
+
+    db = str(tmp_path / "s.duckdb")
+    cfg = EvalConfig(model=str(tiny_model_dir), datasets=("olympiad_bench",), n=1, db=db, engine="hf",
+                     max_model_len=256, max_tokens=4)
+    with pytest.raises(EvalError, match=r"prompt\(s\) do not fit the model's context of 256 tokens: olympiad_bench/"):
+        evaluate(cfg, progress=False)
+    assert Store(db, create=False).rows("count_samples") == [(0,)]
+    assert Store(db, create=False).rows("get_run", run_id=cfg.resolved_run_id())[0][4] == "failed"
+
+
+@pytest.mark.e2e
+def test_sigkill_mid_run_then_resume_gives_exact_counts(tiny_model_dir, tmp_path):
+    """`prl eval` with vLLM is SIGKILLed after some chunks are stored; rerunning the same command
+    completes the run with exactly n samples per problem and no duplicates."""
+    db = tmp_path / "store.duckdb"
+    n, limit, chunk = 4, 48, 4
+    cmd = [sys.executable, "-m", "prl.cli", "eval", "--model", str(tiny_model_dir), "--datasets", "synth_test,amc23",
+           "--n", str(n), "--limit", str(limit // 2), "--max-tokens", "48", "--chunk", str(chunk), "--db", str(db),
+           "--run-id", "killme", "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    stored, deadline = 0, time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if db.exists():
+                try:
+                    stored = Store(db, create=False, lock_timeout_s=5).rows("count_samples")[0][0]
+                except Exception:
+                    stored = 0
+                if stored >= 2 * chunk * n:
+                    break
+            time.sleep(0.05)
+        assert proc.poll() is None, f"finished before it could be killed: {proc.stderr.read()[-2000:]}"
+        os.killpg(proc.pid, signal.SIGKILL)  # the CLI and its verifier workers
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    store = Store(db, create=False)
+    after_kill = store.rows("count_samples")[0][0]
+    assert 0 < after_kill < limit * n and after_kill % n == 0  # whole problems (whole chunks) only
+    assert store.rows("get_run", run_id="killme")[0][4] == "running"
+
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["skipped_complete"] == after_kill // n
+    assert summary["samples_added"] == limit * n - after_kill
+    counts = _counts(db, "killme")
+    assert len(counts) == limit and set(counts.values()) == {n}
+    with store.read() as con:
+        assert con.execute("select count(*), count(distinct (dataset, problem_id, sample_idx)) from samples "
+                           "where run_id = 'killme'").fetchall() == [(limit * n, limit * n)]
+    assert store.rows("get_run", run_id="killme")[0][4] == "finished"
+
+    report = subprocess.run([sys.executable, "-m", "prl.cli", "report", "--db", str(db)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "run killme: 48 problems, n=4" in report.stdout and "micro" in report.stdout
+    assert report.stdout.count("MISMATCH") == 1
