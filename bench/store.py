@@ -1,0 +1,172 @@
+"""Benchmark: the store at 1 M sample rows (DESIGN §6: ingest < 10 s, every query < 300 ms).
+
+A generated store shaped like real evaluations: 1,517 benchmark problems × 8 samples per run,
+82 runs (~995 k rows, each run also in ``runs``), with realistic response lengths, verdict mix
+and relevance scores; the paired query compares two of those runs. Measured in one run:
+
+  ingest     Store.insert_sample_table (primary-key checked, idempotent) of all rows, in 12 chunks
+             as an evaluation writes them; baseline: writing the same Arrow table to Parquet
+  queries    each named query the reports and dashboard use, through Store.rows (which opens
+             and closes a read-only connection per call, as they do); baseline: the same
+             connection's `SELECT count(*) FROM samples`
+
+    python bench/store.py [--rows N]
+
+Writes bench/results/store.json and bench/notes/store.md and re-renders bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, render_results_md, write_json  # noqa: E402
+
+from prl.store import SAMPLE_COLUMNS, Store  # noqa: E402
+
+PROBLEMS = {"math500": 500, "minerva_math": 272, "olympiad_bench": 675, "aime24": 30, "amc23": 40}
+N = 8
+TARGET_INGEST_S, TARGET_QUERY_MS = 10.0, 300.0
+
+
+def sample_table(runs: int, seed: int = 0):
+    """An Arrow table of ``runs`` × 1,517 problems × 8 samples."""
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng(seed)
+    ds = np.concatenate([np.full(n, d, dtype=object) for d, n in PROBLEMS.items()])
+    pid = np.concatenate([np.array([f"{d}/{i}" for i in range(n)], dtype=object) for d, n in PROBLEMS.items()])
+    per_run = len(ds) * N
+    rows = runs * per_run
+    run_idx = np.repeat(np.arange(runs), per_run)
+    prob_idx = np.tile(np.repeat(np.arange(len(ds)), N), runs)
+    difficulty = rng.random(len(ds))
+    skill = rng.random(runs) * 0.6 + 0.2
+    p_correct = np.clip(skill[run_idx] - difficulty[prob_idx] + 0.4, 0.02, 0.98)
+    correct = rng.random(rows) < p_correct
+    verdict = np.where(correct, "correct", rng.choice(["wrong", "wrong", "wrong", "no_answer", "timeout"], rows))
+    answers = rng.integers(0, 40, rows).astype(str)
+    lengths = rng.integers(200, 3072, rows)
+    bodies = ["Let's think step by step. " * k for k in (4, 12, 30, 60)]
+    response = np.array(bodies, dtype=object)[rng.integers(0, 4, rows)] + "\\boxed{" + answers.astype(object) + "}"
+    table = pa.table({
+        "run_id": pa.array(np.char.add("run-", run_idx.astype(str)).astype(object)),
+        "dataset": pa.array(ds[prob_idx]), "problem_id": pa.array(pid[prob_idx]),
+        "sample_idx": pa.array(np.tile(np.arange(N, dtype=np.int32), rows // N)),
+        "response": pa.array(response), "extracted_answer": pa.array(answers.astype(object)),
+        "verdict": pa.array(verdict.astype(object)), "score": pa.array(correct.astype(np.float64)),
+        "n_tokens": pa.array(lengths.astype(np.int32)), "finish_reason": pa.array(np.where(lengths >= 3071, "length", "stop").astype(object)),
+        "verify_ms": pa.array(rng.random(rows) * 10), "relevance": pa.array(rng.random(rows)),
+        "answer_only": pa.array(rng.random(rows) < 0.01),
+    })
+    return table.select(list(SAMPLE_COLUMNS))
+
+
+def main() -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000, help="approximate sample rows (default 1,000,000)")
+    ap.add_argument("--repeats", type=int, default=15)
+    args = ap.parse_args()
+    import pyarrow.parquet as pq
+
+    runs = max(2, round(args.rows / (sum(PROBLEMS.values()) * N)))
+    t0 = time.perf_counter()
+    table = sample_table(runs)
+    print(f"generated {table.num_rows:,} rows ({runs} runs) in {time.perf_counter() - t0:.1f} s")
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "store.duckdb"
+        store = Store(db)
+        store.execute_many("upsert_run", ({"run_id": f"run-{r}", "kind": "eval", "model": "bench", "status": "finished",
+                                           "config": {"n": N}, "manifest": {"seed": r}, "parent_run_id": None,
+                                           "train_step": None} for r in range(runs)))
+        chunk = -(-table.num_rows // 12)
+        t0 = time.perf_counter()
+        added = sum(store.insert_sample_table(table.slice(i, chunk)) for i in range(0, table.num_rows, chunk))
+        ingest_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        again = store.insert_sample_table(table.slice(0, chunk))
+        reingest_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        pq.write_table(table, Path(tmp) / "baseline.parquet")
+        parquet_s = time.perf_counter() - t0
+        size_mb = db.stat().st_size / 2**20
+        print(f"ingest {added:,} rows in {ingest_s:.2f} s ({ingest_s / parquet_s:.1f}x a Parquet write of {parquet_s:.2f} s); "
+              f"re-ingest of a stored chunk adds {again} rows in {reingest_s:.2f} s; store {size_mb:.0f} MiB")
+
+        with store.read() as con:
+            def baseline():
+                return con.execute("SELECT count(*) FROM samples").fetchall()
+            for _ in range(3):
+                baseline()
+            base = []
+            for _ in range(args.repeats):
+                t = time.perf_counter()
+                baseline()
+                base.append((time.perf_counter() - t) * 1e3)
+        base_ms = statistics.median(base)
+        queries = {
+            "dataset_metrics_for_run": dict(run_id="run-3"),
+            "problem_outcomes_for_run": dict(run_id="run-3"),
+            "outcomes_for_runs (paired)": dict(run_ids=["run-3", "run-7"]),
+            "answers_for_run": dict(run_id="run-3"),
+            "verdict_counts": dict(run_id="run-3"),
+            "suspicious_passes_for_run": dict(run_id="run-3", limit=50),
+            "list_runs": {},
+            "stored_counts_for_run": dict(run_id="run-3"),
+        }
+        results_q = {}
+        for label, params in queries.items():
+            name = label.split(" ")[0]
+            store.rows(name, **params)
+            times = []
+            for _ in range(args.repeats):
+                t = time.perf_counter()
+                out = store.rows(name, **params)
+                times.append((time.perf_counter() - t) * 1e3)
+            med, p95 = statistics.median(times), sorted(times)[int(0.95 * (len(times) - 1))]
+            results_q[label] = {"median_ms": med, "p95_ms": p95, "rows": len(out), "ratio_to_count": med / base_ms,
+                                "meets_target": p95 < TARGET_QUERY_MS}
+            print(f"  {label:<30} {med:7.1f} ms (p95 {p95:6.1f}) = {med / base_ms:6.1f}x count(*)  [{len(out)} rows]")
+        t = time.perf_counter()
+        with store.read():
+            pass
+        connect_ms = (time.perf_counter() - t) * 1e3
+
+    results = {
+        "machine": machine(), "rows": table.num_rows, "runs": runs, "ingest_s": ingest_s,
+        "ingest_chunks": 12, "parquet_write_s": parquet_s, "ingest_ratio_to_parquet": ingest_s / parquet_s,
+        "reingest_chunk_s": reingest_s, "reingest_added": again, "store_mib": size_mb,
+        "meets_ingest_target": ingest_s < TARGET_INGEST_S, "count_baseline_ms": base_ms,
+        "connect_ms": connect_ms, "queries": results_q,
+    }
+    write_json("store", results)
+    m = results["machine"]
+    lines = [
+        "### Store at 1 M samples (`bench/store.py`)\n",
+        f"{table.num_rows:,} generated sample rows ({runs} runs × 1,517 problems × 8), {m['cpu']}, {m['cores']} cores, "
+        f"commit {m['git_commit']}. Store file {size_mb:.0f} MiB.\n",
+        "| ingest (12 idempotent chunks) | baseline: Parquet write of the same table | ratio | target < 10 s | re-ingest of a stored chunk |",
+        "|---|---|---|---|---|",
+        f"| {ingest_s:.2f} s | {parquet_s:.2f} s | {ingest_s / parquet_s:.1f}× | {'met' if ingest_s < TARGET_INGEST_S else 'MISSED'} "
+        f"| {reingest_s:.2f} s, {again} rows added |\n",
+        "Queries through `Store.rows` (each opens and closes a read-only connection, as the report and dashboard do; "
+        f"opening one costs ~{connect_ms:.0f} ms). Baseline: `count(*)` on an open connection, {base_ms:.2f} ms.\n",
+        "| named query | median | p95 | × baseline | target p95 < 300 ms |",
+        "|---|---|---|---|---|",
+    ]
+    for label, q in results_q.items():
+        lines.append(f"| `{label}` | {q['median_ms']:.1f} ms | {q['p95_ms']:.1f} ms | {q['ratio_to_count']:.0f}× | "
+                     f"{'met' if q['meets_target'] else 'MISSED'} |")
+    (Path(__file__).resolve().parent / "notes" / "store.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {render_results_md()}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
