@@ -152,33 +152,41 @@ def load_problems(cfg: EvalConfig, log: Callable[[str], None] = print) -> list[P
     return problems
 
 
+def run_manifest_base(seed: int) -> dict[str, Any]:
+    """What every run records: seed, package versions, git commit and dirty flag, Python, platform, argv."""
+    from .generate import git_state, package_versions
+
+    return {
+        "seed": seed,
+        "packages": {**package_versions(), "prefect": _version("prefect"), "duckdb": _version("duckdb"),
+                     "math-verify": _version("math-verify"), "deepspeed": _version("deepspeed")},
+        "git": git_state(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "argv": sys.argv,
+    }
+
+
 def run_manifest(cfg: EvalConfig, problems: Sequence[Problem], engine_info: dict[str, Any] | None = None,
                  template: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything needed to reproduce the run (DESIGN §4)."""
     from importlib import metadata
 
-    from .generate import git_state, package_versions
     from .prompts import SYSTEM_PROMPT, USER_SUFFIX
 
     counts: dict[str, int] = {}
     for p in problems:
         counts[p.dataset] = counts.get(p.dataset, 0) + 1
     return {
+        **run_manifest_base(cfg.seed),
         "kind": "eval",
         "config": cfg.to_dict(),
         "sampling": cfg.sampling().to_dict(),
-        "seed": cfg.seed,
         "problems": counts,
         "engine": engine_info,
         "prompt": {"system": SYSTEM_PROMPT, "user_suffix": USER_SUFFIX, "add_generation_prompt": True, **(template or {})},
         "verifier": {"math_verify": metadata.version("math-verify"), "timeout_s": cfg.verify_timeout_s,
                      "wall_s": 3 * cfg.verify_timeout_s, "verdicts": "correct|wrong|no_answer|timeout|gold_unparsable|error"},
-        "packages": {**package_versions(), "prefect": _version("prefect"), "duckdb": _version("duckdb"),
-                     "math-verify": _version("math-verify")},
-        "git": git_state(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "argv": sys.argv,
     }
 
 
@@ -316,3 +324,98 @@ def finish_run(store: Store, cfg: EvalConfig, run_id: str, problems: Sequence[Pr
 def mark_failed(store: Store, run_id: str) -> None:
     """Status 'failed' (what is stored stays; rerunning the same command resumes)."""
     store.execute("set_run_status", run_id=run_id, status="failed")
+
+
+def store_chunk(db: str, rows: list[dict[str, Any]]) -> int:
+    """Write one chunk's samples in one transaction (idempotent); returns rows added."""
+    return Store(db, create=False).insert_samples(rows)
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The steps :func:`run_evaluation` calls; the Prefect flow passes task-wrapped versions."""
+
+    load_problems: Callable = load_problems
+    register_run: Callable = lambda cfg, problems: register_run(Store(cfg.db), cfg, problems)  # noqa: E731
+    generate_chunk: Callable = generate_chunk
+    verify_chunk: Callable = verify_chunk
+    store_chunk: Callable = store_chunk
+
+
+def run_evaluation(cfg: EvalConfig, *, progress: bool = True, engine: Engine | None = None,
+                   steps: Steps = Steps(), log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Generate ``cfg.n`` samples per problem, verify and store them; returns a summary.
+
+    ``engine``: an already running engine serving ``cfg.model`` (training reuses its rollout
+    engine); it is not closed. Otherwise one is started and closed here.
+    """
+    t0 = time.perf_counter()
+    problems = steps.load_problems(cfg)
+    info = steps.register_run(cfg, problems)
+    run_id = info["run_id"]
+    store = Store(cfg.db, create=False)
+    pending = pending_problems(store, run_id, problems, cfg.n)
+    done = len(problems) - len(pending)
+    log(f"run {run_id} ({'resumed' if info['resumed'] else 'new'}), store {cfg.db}: {len(problems)} problems "
+        f"from {', '.join(cfg.datasets)}; {done} already have {cfg.n} samples, {len(pending)} to generate")
+    summary: dict[str, Any] = {"run_id": run_id, "db": cfg.db, "problems": len(problems), "skipped_complete": done,
+                               "generated_problems": len(pending), "samples_added": 0}
+    engine_info = template = None
+    try:
+        if pending:
+            engine_info, template = _generate_all(cfg, run_id, pending, progress, summary, engine, steps, log)
+    except BaseException:
+        mark_failed(store, run_id)
+        raise
+    summary["total_s"] = round(time.perf_counter() - t0, 2)
+    finish_run(store, cfg, run_id, problems, engine_info, template, summary)
+    counts = store.rows("stored_counts_for_run", run_id=run_id)
+    summary["stored_samples"] = sum(c for *_, c in counts)
+    correct = store.rows("dataset_metrics_for_run", run_id=run_id)
+    summary["average_at_n"] = {d: avg for d, _p, _n, avg, _pass in correct}
+    log(f"run {run_id}: {summary['samples_added']} samples added, {summary['stored_samples']} stored "
+        f"for {len(counts)} problems in {cfg.db} ({summary['total_s']:.0f} s)")
+    return summary
+
+
+def _generate_all(cfg: EvalConfig, run_id: str, pending, progress: bool, summary: dict[str, Any],
+                  engine: Engine | None, steps: Steps, log: Callable[[str], None]):
+    """Chunks of generate → verify → store with one progress bar; returns (engine info, template)."""
+    from tqdm.auto import tqdm
+
+    from .prompts import chat_template_text
+    from .verifier import VerifierPool
+
+    own = engine is None
+    if own:
+        t_engine = time.perf_counter()
+        engine = start_engine(cfg)
+        summary["engine_start_s"] = round(time.perf_counter() - t_engine, 2)
+        log(f"engine {cfg.engine} ready in {summary['engine_start_s']:.1f} s")
+    gen_s = ver_s = store_s = 0.0
+    try:
+        check_prompts(engine, pending)
+        with VerifierPool(cfg.verifier_workers, timeout_s=cfg.verify_timeout_s,
+                          wall_s=3.0 * cfg.verify_timeout_s) as pool, \
+                tqdm(total=len(pending) * cfg.n, unit="sample", desc=f"eval {run_id}", disable=not progress,
+                     file=sys.stderr, dynamic_ncols=True) as bar:
+            sampling = cfg.sampling()
+            for chunk in chunked(pending, cfg.chunk_problems):
+                t = time.perf_counter()
+                samples = steps.generate_chunk(engine, chunk, sampling)
+                gen_s += time.perf_counter() - t
+                t = time.perf_counter()
+                rows = steps.verify_chunk(pool, run_id, chunk, samples)
+                ver_s += time.perf_counter() - t
+                t = time.perf_counter()
+                summary["samples_added"] += steps.store_chunk(cfg.db, rows)
+                store_s += time.perf_counter() - t
+                bar.update(len(rows))
+                bar.set_postfix(correct=f"{sum(r['verdict'] == 'correct' for r in rows)}/{len(rows)}")
+        engine_info = engine.info()
+        template = {"template_sha256": engine.template_hash(), "template": chat_template_text(engine.tokenizer)}
+    finally:
+        if own:
+            engine.close()
+    summary["seconds"] = {"generate": round(gen_s, 2), "verify": round(ver_s, 2), "store": round(store_s, 2)}
+    return engine_info, template

@@ -75,3 +75,31 @@ LIMIT $limit;
 
 -- name: problem_sizes
 SELECT dataset, count(*) AS problems FROM problems GROUP BY dataset ORDER BY dataset;
+
+-- name: insert_prl_segment
+INSERT INTO prl_segments (run_id, step, rollout_idx, segment_idx, start_tok, end_tok, kl_to_go, rho)
+VALUES ($run_id, $step, $rollout_idx, $segment_idx, $start_tok, $end_tok, $kl_to_go, $rho)
+ON CONFLICT DO NOTHING;
+
+-- name: set_run_progress
+UPDATE runs SET train_step = $train_step WHERE run_id = $run_id;
+
+-- name: delete_train_metrics_after
+-- a resumed training run drops the rows of steps after its checkpoint (they are redone)
+DELETE FROM train_metrics WHERE run_id = $run_id AND step > $step;
+
+-- name: delete_segments_after
+DELETE FROM prl_segments WHERE run_id = $run_id AND step > $step;
+
+-- name: train_metrics_for_run
+SELECT step, name, value FROM train_metrics WHERE run_id = $run_id ORDER BY step, name;
+
+-- name: train_steps_for_run
+SELECT DISTINCT step FROM train_metrics WHERE run_id = $run_id ORDER BY step;
+
+-- name: segments_for_run
+SELECT step, rollout_idx, segment_idx, start_tok, end_tok, kl_to_go, rho FROM prl_segments
+WHERE run_id = $run_id ORDER BY step, rollout_idx, segment_idx;
+
+-- name: eval_runs_of
+SELECT run_id, train_step, status FROM runs WHERE parent_run_id = $run_id ORDER BY train_step;
