@@ -25,11 +25,11 @@ from prl.store import Store
 
 
 def _log(msg: str) -> None:
+    """To the flow run's log (shown on the console and in the Prefect UI); plain stderr outside a run."""
     try:
         get_run_logger().info(msg)
     except Exception:  # outside a run context
-        pass
-    print(msg, file=sys.stderr, flush=True)
+        print(msg, file=sys.stderr, flush=True)
 
 
 @task(name="load-problems", cache_policy=NO_CACHE)

@@ -5,7 +5,7 @@ log-probs, update, checkpoint) as a Prefect task and each periodic evaluation as
 ``evaluate`` subflow, so the Prefect UI shows where time goes. Phases are not cached or
 retried by Prefect: they change the model; resumption is DeepSpeed's checkpoint (``resume``).
 
-Single process. Several processes: ``deepspeed --num_gpus N -m prl.train --config FILE``.
+Single process. Several processes: ``deepspeed --num_gpus N --module prl.train --config FILE``.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from prl.train_config import RunConfig
 
 
 def _log(msg: str) -> None:
+    """To the flow run's log (shown on the console and in the Prefect UI); plain stderr outside a run."""
     try:
         get_run_logger().info(msg)
-    except Exception:
-        pass
-    print(msg, file=sys.stderr, flush=True)
+    except Exception:  # outside a run context
+        print(msg, file=sys.stderr, flush=True)
 
 
 _TASKS: dict[str, Any] = {}

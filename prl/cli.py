@@ -363,7 +363,7 @@ evaluations of the current policy stored as eval runs linked to the step.
 
 The config file has an 'algorithm:' and a 'train:' section (configs/train/*.yaml); contradictory
 settings are refused before anything starts. --resume continues from the last checkpoint with
-the same step count and data order. Several processes: deepspeed --num_gpus N -m prl.train --config FILE.
+the same step count and data order. Several processes: deepspeed --num_gpus N --module prl.train --config FILE.
 
 example:
   prl train --config configs/train/tiny_prl.yaml --db runs/store.duckdb --steps 20

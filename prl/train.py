@@ -25,7 +25,7 @@ Departures from the paper (Yao et al. 2026, Table 6 and the authors' verl script
 
 Run it as ``prl train --config FILE`` (the Prefect flow ``train`` in ``flows/train.py``) or,
 for several processes, under DeepSpeed's launcher:
-``deepspeed --num_gpus 2 -m prl.train --config FILE`` (on CPU: ``DS_ACCELERATOR=cpu``).
+``deepspeed --num_gpus 2 --module prl.train --config FILE`` (on CPU: ``DS_ACCELERATOR=cpu``).
 """
 
 from __future__ import annotations
@@ -366,11 +366,11 @@ class Trainer:
                     metrics["actor/loss"] = loss.detach()
                     boundary = self.engine.is_gradient_accumulation_boundary()
                     self.engine.backward(loss)
+                    local_norm = _grad_norm(self.engine.module) if boundary else None  # averaged grads, pre-clip
                     self.engine.step()
-                    if boundary:
+                    if boundary:  # ZeRO 1-3 and bf16 report the norm; fp32 ZeRO 0 clips without keeping it
                         gn = self.engine.get_global_grad_norm()
-                        if gn is not None:
-                            grad_norms.append(float(gn))
+                        grad_norms.append(float(gn) if gn is not None else local_norm)
                     for k, v in metrics.items():
                         sums[k] = sums.get(k, 0.0) + float(v)
                     count += 1
@@ -461,8 +461,8 @@ class Trainer:
         metrics.update({"time/generate": t1 - t0, "time/verify": t2 - t1, "time/logprobs": t3 - t2,
                         "time/update": t4 - t3, "time/sync": t5 - t4, "time/step": t5 - t0})
         metrics = self.all_reduce_mean(metrics)
-        segs = self.segments(r, lp, adv) if self.rank == 0 else []
         self.step_no += 1
+        segs = self.segments(r, lp, adv) if self.rank == 0 else []
         self.finish_step(metrics, segs)
         return metrics
 
@@ -594,6 +594,13 @@ def _save_policy(model, tokenizer, target: Path) -> None:
     tokenizer.save_pretrained(tmp)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(tmp, target)
+
+
+def _grad_norm(model) -> float:
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return float("nan")
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])))
 
 
 def _slices(n: int, size: int) -> list[slice]:

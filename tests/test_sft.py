@@ -10,14 +10,12 @@ from prl.sft import SFTConfig, greedy_accuracy, held_out_records, run_sft
 
 pytestmark = pytest.mark.e2e
 
-CFG = SFTConfig(steps=300, eval_size=100, seed=0)  # ~2 min on 2 idle cores (600 steps is the default)
+from conftest import WARM_SFT as CFG  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def warm(tiny_model_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("sft") / "model"
-    report = run_sft(tiny_model_dir, out, CFG, log=lambda *_: None)
-    return out, report
+def warm(warm_model):
+    return warm_model
 
 
 def test_warm_start_raises_held_out_accuracy(warm):

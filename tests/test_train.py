@@ -1,0 +1,254 @@
+"""Training on DeepSpeed (gloo on CPU) with the tiny model: real rollouts, real verification,
+real optimizer steps, the real store; SIGKILL + resume; world size 2 under the launcher."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from prl.store import Store
+from prl.train import pack, prompt_indices, response_logprobs
+from prl.train_config import RunConfig, TrainConfig, train_from_dict
+from prl_core.config import AlgorithmConfig, ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+METRIC_NAMES_PPO = {"reward/mean", "reward/accuracy", "reward/all_equal_group_frac", "response/length", "kl/ref",
+                    "prl/rho_mean", "prl/rho_std", "actor/loss", "actor/pg_loss", "actor/clipfrac", "actor/entropy",
+                    "actor/approx_kl", "actor/grad_norm", "actor/lr", "time/generate", "time/verify",
+                    "time/logprobs", "time/update", "time/step"}
+
+
+# ─── config ────────────────────────────────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "train").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_validate(path):
+    cfg = RunConfig.from_yaml(path)
+    world = 4 if "paper" in path.name else 1
+    cfg.train.validate(cfg.algorithm, world)
+
+
+def test_contradictions_are_refused_with_a_fix(tmp_path):
+    base = {"model": "m", "prompts_per_step": 4, "mini_batch_size": 8, "micro_batch_size": 4}
+    algo = AlgorithmConfig(estimator="grpo", n_samples=4)
+    TrainConfig(**base).validate(algo)
+    for bad, msg in [
+        ({"mini_batch_size": 6}, r"mini_batch_size: 6 does not divide the 16 rollouts"),
+        ({"micro_batch_size": 3}, "micro_batch_size: 3 does not divide mini_batch_size 8"),
+        ({"temperature": 0.0}, "rollouts must be sampled"),
+        ({"prompts_per_step": 3, "mini_batch_size": 4}, "do not shard evenly over 2 ranks"),
+        ({"zero_stage": 4}, "zero_stage"),
+        ({"model": ""}, "give the starting model"),
+    ]:
+        with pytest.raises(ConfigError, match=msg):
+            TrainConfig(**{**base, **bad}).validate(algo, 2 if "prompts_per_step" in bad else 1)
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump({"algorithm": {"estimator": "grpo", "step_split": "fixed:256"}, "train": base}))
+    with pytest.raises(ConfigError, match="step_split"):  # the authors' script silently trained GRPO this way
+        RunConfig.from_yaml(f)
+    with pytest.raises(ConfigError, match="unknown key.*batch_size"):
+        train_from_dict({"batch_size": 3})
+
+
+# ─── pure pieces against slow, obvious loops ─────────────────────────────────────────────────
+
+def test_data_order_is_a_pure_function_of_the_step():
+    a = [prompt_indices(10, s, 4, seed=0) for s in range(5)]
+    assert a == [prompt_indices(10, s, 4, seed=0) for s in range(5)]
+    flat = [i for step in a for i in step]
+    assert sorted(flat[:10]) == list(range(10)) and sorted(flat[10:20]) == list(range(10))  # epochs cover all
+    assert prompt_indices(10, 0, 4, seed=1) != a[0]
+
+
+def test_response_logprobs_match_a_per_row_forward(tiny_model_dir):
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    prompts = [[5, 9, 13], [7, 8, 9, 10, 11]]
+    samples = [SimpleNamespace(prompt_index=0, token_ids=[20, 21, 22, 23]),
+               SimpleNamespace(prompt_index=1, token_ids=[30]),
+               SimpleNamespace(prompt_index=0, token_ids=[40, 41])]
+    p = pack(prompts, samples, pad_id=0)
+    with torch.no_grad():
+        logp, _ = response_logprobs(model, p["input_ids"], p["attention"], p["prompt_len"], p["response_ids"],
+                                    p["mask"], temperature=0.7)
+        for b, s in enumerate(samples):
+            seq = torch.tensor([prompts[s.prompt_index] + s.token_ids])
+            logits = model(input_ids=seq).logits[0].float() / 0.7
+            P = len(prompts[s.prompt_index])
+            for t, tok in enumerate(s.token_ids):
+                expected = torch.log_softmax(logits[P - 1 + t], -1)[tok]
+                assert logp[b, t].item() == pytest.approx(expected.item(), abs=1e-5)
+            assert (logp[b, len(s.token_ids):] == 0).all()
+
+
+# ─── real training ─────────────────────────────────────────────────────────────────────────────
+
+def _config(model, tmp_path, name, algorithm, **train):
+    data = {"algorithm": algorithm,
+            "train": {"model": str(model), "out_dir": str(tmp_path / name), "db": str(tmp_path / "store.duckdb"),
+                      "steps": 2, "prompts_per_step": 4, "max_tokens": 48, "engine": "hf", "lr": 1e-3,
+                      "mini_batch_size": 8, "micro_batch_size": 4, "checkpoint_every": 1, "eval_datasets": [],
+                      "segments_per_step": 2, "seed": 0, **train}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _weights(d):
+    from safetensors.torch import load_file
+
+    return load_file(str(next(Path(d).glob("*.safetensors"))))
+
+
+def _metrics(db, run_id):
+    rows = Store(db, create=False).rows("train_metrics_for_run", run_id=run_id)
+    out: dict[int, dict[str, float]] = {}
+    for step, name, value in rows:
+        out.setdefault(step, {})[name] = value
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(warm_model, tmp_path_factory):
+    """Two steps of each estimator from the same warm start and seed (in-process, hf rollouts)."""
+    from prl.train import Trainer
+
+    model, _ = warm_model
+    tmp = tmp_path_factory.mktemp("train")
+    algos = {"grpo": {"estimator": "grpo", "n_samples": 4},
+             "dr_grpo": {"estimator": "dr_grpo", "n_samples": 4},
+             "prl": {"estimator": "prl", "eta": 5, "step_split": "text:\n\n", "n_samples": 4},
+             "prl_inf": {"estimator": "prl", "eta": "inf", "step_split": "fixed:8", "n_samples": 4},
+             "raft": {"estimator": "raft", "n_samples": 4}}
+    results = {}
+    for name, algo in algos.items():
+        cfg = RunConfig.from_yaml(_config(model, tmp, name, algo, steps=2 if name != "prl_inf" else 1,
+                                          prompts_per_step=8 if name != "prl_inf" else 4,
+                                          mini_batch_size=16 if name != "prl_inf" else 8))
+        if name == "prl_inf":
+            grpo_one = RunConfig.from_yaml(_config(model, tmp, "grpo_one", algos["grpo"], steps=1))
+            Trainer(grpo_one, log=lambda _m: None, progress=False).run()
+        Trainer(cfg, log=lambda _m: None, progress=False).run()
+        results[name] = tmp / name
+    return model, tmp, results
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "prl", "raft"])
+def test_each_estimator_trains(trained, name):
+    model, tmp, results = trained
+    db = str(tmp / "store.duckdb")
+    metrics = _metrics(db, name)
+    assert sorted(metrics) == [1, 2]
+    for step, m in metrics.items():
+        assert math.isfinite(m["actor/loss"]) and math.isfinite(m["actor/grad_norm"])
+        assert 0 <= m["reward/accuracy"] <= 1 and m["response/length"] > 0
+        if name != "raft":
+            assert METRIC_NAMES_PPO <= set(m)
+    before, after = _weights(model), _weights(results[name] / "policy")
+    assert any(not torch.equal(before[k], after[k]) for k in before), "parameters did not change"
+    store = Store(db, create=False)
+    [(run_id, kind, _m, _c, status, config, manifest, _p, step)] = store.rows("get_run", run_id=name)
+    assert (kind, status, step) == ("train", "finished", 2)
+    manifest = json.loads(manifest)
+    assert manifest["seed"] == 0 and manifest["git"]["commit"] and manifest["deepspeed"]["zero_optimization"]
+    assert json.loads(config)["algorithm"]["estimator"] == name
+    segs = store.rows("segments_for_run", run_id=name)
+    assert {s[0] for s in segs} == {1, 2} and {s[1] for s in segs} == {0, 1}
+    if name == "prl":  # ρ differs from the outcome advantage where the policy has moved from the reference
+        assert any(abs(s[5]) > 0 for s in segs if s[0] == 2)
+    assert (results[name] / "checkpoints" / "latest").read_text().strip() == "step_000002"
+
+
+@pytest.mark.e2e
+def test_prl_with_infinite_eta_is_grpo(trained):
+    """Same seed, same rollouts: PRL at η = ∞ and GRPO make identical updates."""
+    _model, tmp, results = trained
+    a, b = _weights(results["prl_inf"] / "policy"), _weights(tmp / "grpo_one" / "policy")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-7)
+    ma, mb = _metrics(str(tmp / "store.duckdb"), "prl_inf")[1], _metrics(str(tmp / "store.duckdb"), "grpo_one")[1]
+    assert ma["reward/mean"] == mb["reward/mean"] and ma["actor/loss"] == pytest.approx(mb["actor/loss"], abs=1e-7)
+
+
+def _clean_env() -> dict[str, str]:
+    """This process's environment without the process-group variables an in-process Trainer set."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                              "MASTER_PORT", "LOCAL_WORLD_SIZE")}
+    return {**env, "OMP_NUM_THREADS": "1"}
+
+
+# ─── crash and resume, several processes ────────────────────────────────────────────────────────
+
+@pytest.mark.e2e
+def test_sigkill_mid_run_then_resume(warm_model, tmp_path):
+    """`prl train` (vLLM rollouts) killed after step 3 of 6 with checkpoints every 2 steps resumes from
+    step 2: steps 1-6 each once, step 3 redone, checkpoint loadable, run finished."""
+    model, _ = warm_model
+    cfg = _config(model, tmp_path, "killed", {"estimator": "prl", "eta": 10, "step_split": "fixed:8", "n_samples": 4},
+                  steps=6, checkpoint_every=2, engine="vllm", max_tokens=32)
+    db = str(tmp_path / "store.duckdb")
+    env = _clean_env()
+    cmd = [sys.executable, "-m", "prl.cli", "train", "--config", str(cfg), "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 400
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if Path(db).exists():
+                try:
+                    if len(_metrics(db, "killed")) >= 3:
+                        break
+                except Exception:
+                    pass
+            time.sleep(0.1)
+        assert proc.poll() is None, f"finished or failed before the kill: {proc.stderr.read()[-3000:]}"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    steps_before = sorted(_metrics(db, "killed"))
+    assert steps_before[:3] == [1, 2, 3]
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode != 0 and "pass --resume" in again.stderr  # refuses to overwrite silently
+    done = subprocess.run(cmd + ["--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = _metrics(db, "killed")
+    assert sorted(metrics) == [1, 2, 3, 4, 5, 6]
+    assert all(METRIC_NAMES_PPO <= set(m) for m in metrics.values())
+    with Store(db, create=False).read() as con:
+        assert con.execute("select count(*) = count(distinct (step, name)) from train_metrics "
+                           "where run_id = 'killed'").fetchall() == [(True,)]
+    assert Store(db, create=False).rows("get_run", run_id="killed")[0][4] == "finished"
+    assert "resumed killed from" in done.stderr and "after step 2" in done.stderr
+
+
+@pytest.mark.e2e
+def test_world_size_two_under_the_deepspeed_launcher(warm_model, tmp_path):
+    model, _ = warm_model
+    cfg = _config(model, tmp_path, "ws2", {"estimator": "prl", "eta": 10, "step_split": "fixed:8", "n_samples": 4},
+                  steps=2, prompts_per_step=4, mini_batch_size=8, micro_batch_size=4)
+    env = {**_clean_env(), "DS_ACCELERATOR": "cpu"}
+    launcher = str(Path(sys.executable).parent / "deepspeed")
+    r = subprocess.run([launcher, "--num_gpus", "2", "--master_port", "29517", "--module", "prl.train",
+                        "--config", str(cfg)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    db = str(tmp_path / "store.duckdb")
+    metrics = _metrics(db, "ws2")
+    assert sorted(metrics) == [1, 2] and all(METRIC_NAMES_PPO <= set(m) for m in metrics.values())
+    manifest = json.loads(Store(db, create=False).rows("get_run", run_id="ws2")[0][6])
+    assert manifest["world_size"] == 2
