@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -178,10 +179,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .engines.base import check_model_dir
 
     check_model_dir(cfg.train.model)
+    if not args.resume:
+        from .train import check_fresh_start
+
+        check_fresh_start(cfg.train)  # one line, before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.train import train
 
-    result = train(cfg, resume=args.resume, progress=not args.no_progress)
+    with contextlib.redirect_stdout(sys.stderr):  # libraries print progress to stdout; it carries the result
+        result = train(cfg, resume=args.resume, progress=not args.no_progress)
     print(json.dumps(result, indent=2, default=str))
     print(f"next: prl report --db {cfg.train.db}   (training curves: prl sql --db {cfg.train.db} "
           f"\"select step, name, value from train_metrics where run_id = '{result['run_id']}'\")", file=sys.stderr)
@@ -203,7 +209,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.evaluate import evaluate
 
-    summary = evaluate(cfg, progress=not args.no_progress)
+    with contextlib.redirect_stdout(sys.stderr):  # libraries print progress to stdout; it carries the result
+        summary = evaluate(cfg, progress=not args.no_progress)
     print(json.dumps(summary, indent=2))
     print(f"next: prl report --db {cfg.db} --runs {summary['run_id']}", file=sys.stderr)
     return 0

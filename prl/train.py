@@ -83,21 +83,22 @@ def init_distributed() -> tuple[int, int]:
 
 def ds_config(t: TrainConfig, world_size: int) -> dict[str, Any]:
     """The DeepSpeed config implied by the training config."""
-    return {
+    cfg = {
         "train_micro_batch_size_per_gpu": t.micro_batch_size,
         "gradient_accumulation_steps": t.mini_batch_size // t.micro_batch_size,
         "train_batch_size": t.mini_batch_size * world_size,
         "gradient_clipping": t.grad_clip,
         "optimizer": {"type": "AdamW", "params": {"lr": t.lr, "weight_decay": t.weight_decay, "betas": [0.9, 0.999],
                                                   "eps": 1e-8, "torch_adam": True}},
-        "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": t.lr,
-                                                     "warmup_num_steps": max(1, t.warmup_steps),
-                                                     "warmup_type": "linear"}},
         "zero_optimization": {"stage": t.zero_stage},
         "bf16": {"enabled": t.dtype == "bfloat16"},
         "steps_per_print": 1 << 30,
         "wall_clock_breakdown": False,
     }
+    if t.warmup_steps:  # DeepSpeed's WarmupLR starts at lr 0; without warm-up the lr is constant (no scheduler)
+        cfg["scheduler"] = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": t.lr,
+                                                          "warmup_num_steps": t.warmup_steps, "warmup_type": "linear"}}
+    return cfg
 
 
 # ─── 2. data ───────────────────────────────────────────────────────────────────────────────
@@ -144,6 +145,7 @@ class Rollouts:
     texts: list[str]
     golds: list[str]
     prompt_index: list[int]
+    verdicts: list[str]
 
 
 def pack(prompt_ids: list[list[int]], samples: list, pad_id: int) -> dict[str, torch.Tensor]:
@@ -301,7 +303,8 @@ class Trainer:
         return Rollouts(**packed, group_ids=torch.tensor([s.prompt_index for s in samples], dtype=torch.long),
                         rewards=torch.tensor([v.score for v in verdicts], dtype=torch.float32),
                         texts=[s.text for s in samples], golds=golds,
-                        prompt_index=[ro["indices"][s.prompt_index] for s in samples])
+                        prompt_index=[ro["indices"][s.prompt_index] for s in samples],
+                        verdicts=[v.verdict for v in verdicts])
 
     # ---- 4c. old-policy and reference log-probs ------------------------------------------------
 
@@ -336,7 +339,7 @@ class Trainer:
     # ---- 4e. policy update -------------------------------------------------------------------
 
     def update(self, r: Rollouts, lp: dict[str, torch.Tensor], adv: torch.Tensor) -> dict[str, float]:
-        """``ppo_epochs`` passes of mini-batch updates; returns mean loss metrics and the last grad norm."""
+        """``ppo_epochs`` passes of mini-batch updates; returns loss metrics and grad norm, means over updates."""
         self.engine.module.train()
         gen = torch.Generator().manual_seed(self.t.seed * 1_000_003 + self.step_no)
         sums: dict[str, float] = {}
@@ -375,7 +378,7 @@ class Trainer:
                         sums[k] = sums.get(k, 0.0) + float(v)
                     count += 1
         out = {k: v / count for k, v in sums.items()}
-        out["actor/grad_norm"] = grad_norms[-1] if grad_norms else float("nan")
+        out["actor/grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")  # mean over updates
         out["actor/lr"] = float(self.scheduler.get_last_lr()[0]) if self.scheduler is not None else self.t.lr
         return out
 
@@ -406,7 +409,9 @@ class Trainer:
         for g, rew in zip(r.group_ids.tolist(), r.rewards.tolist()):
             groups.setdefault(g, []).append(rew)
         rho = adv[m]
-        return {
+        verdicts = {f"verify/{v}_frac": sum(x == v for x in r.verdicts) / max(1, len(r.verdicts))
+                    for v in ("no_answer", "timeout", "error")}
+        return {**verdicts,
             "reward/mean": float(r.rewards.mean()),
             "reward/accuracy": float((r.rewards >= 1.0).float().mean()),
             "reward/all_equal_group_frac": sum(len(set(v)) == 1 for v in groups.values()) / max(1, len(groups)),
@@ -509,7 +514,8 @@ class Trainer:
     def resume(self) -> bool:
         """Load the latest checkpoint (model, optimizer, scheduler, RNG, step). False if there is none."""
         ckpt = self.out / CHECKPOINT_DIR
-        if not (ckpt / "latest").exists():
+        if not (ckpt / "latest").exists():  # killed before its first checkpoint: start over, dropping its rows
+            self._drop_rows_after(0)
             return False
         path, state = self.engine.load_checkpoint(str(ckpt))
         if path is None:
@@ -521,13 +527,18 @@ class Trainer:
         if self.store is not None:
             # Steps after the checkpoint never finished: drop their rows; re-write the checkpointed
             # steps' rows in case the process died between the checkpoint and the store write.
-            with self.store.write() as con:
-                for q in ("delete_train_metrics_after", "delete_segments_after"):
-                    con.execute(self.store.q[q], {"run_id": self.run_id, "step": self.step_no})
+            self._drop_rows_after(self.step_no)
             for step, metrics, segs in state.get("pending", []):
                 self.write_metrics(step, metrics, segs)
         self.log(f"[train] resumed {self.run_id} from {path} after step {self.step_no}")
         return True
+
+    def _drop_rows_after(self, step: int) -> None:
+        if self.store is None:
+            return
+        with self.store.write() as con:
+            for q in ("delete_train_metrics_after", "delete_segments_after"):
+                con.execute(self.store.q[q], {"run_id": self.run_id, "step": step})
 
     # ---- 4j. evaluation of the current policy ------------------------------------------------------
 
@@ -548,11 +559,11 @@ class Trainer:
     # ---- 4k. the loop ---------------------------------------------------------------------------------
 
     def run(self, *, resume: bool = False, evaluate_fn: Callable | None = None) -> dict[str, Any]:
-        if resume:
-            self.resume()
-        elif (self.out / CHECKPOINT_DIR / "latest").exists():
-            raise ConfigError(f"{self.out}: holds a checkpoint of an earlier run; pass --resume to continue it "
-                              "or choose another out_dir")
+        resumed_from = None
+        if resume and self.resume():
+            resumed_from = self.step_no
+        elif not resume:
+            check_fresh_start(self.t)
         self.open()
         from tqdm.auto import tqdm
 
@@ -569,13 +580,27 @@ class Trainer:
             final_eval = self.evaluate(evaluate_fn) if self.t.eval_datasets else None
             if self.store is not None:
                 self.register_run("finished")
-            return {"run_id": self.run_id, "steps": self.step_no, "final_eval": final_eval}
+            return {"run_id": self.run_id, "steps": self.step_no, "resumed_from_step": resumed_from,
+                    "db": self.t.db, "out_dir": str(self.out), "final_eval": final_eval}
         except BaseException:
             if self.store is not None:
                 self.store.execute("set_run_status", run_id=self.run_id, status="failed")
             raise
         finally:
             self.close()
+
+
+def check_fresh_start(t: TrainConfig) -> None:
+    """Refuse to start over a run that exists (its checkpoints or its rows in the store would be mixed up)."""
+    if (Path(t.out_dir) / CHECKPOINT_DIR / "latest").exists():
+        raise ConfigError(f"{t.out_dir}: holds a checkpoint of an earlier run; pass --resume to continue it "
+                          "or choose another out_dir")
+    if Path(t.db).exists():
+        from .store import Store
+
+        if Store(t.db, create=False).rows("train_steps_for_run", run_id=t.resolved_run_id):
+            raise ConfigError(f"{t.db}: run {t.resolved_run_id!r} already has training steps; pass --resume "
+                              "to continue it or choose another --run-id")
 
 
 def summary_line(step: int, m: dict[str, float]) -> str:
