@@ -174,7 +174,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     from .train_config import RunConfig
 
-    cfg = RunConfig.from_yaml(args.config, db=args.db, run_id=args.run_id, out_dir=args.out, steps=args.steps)
+    cfg = RunConfig.from_yaml(args.config, db=args.db, run_id=args.run_id, out_dir=args.out, steps=args.steps,
+                              model=args.model)
     cfg.train.validate(cfg.algorithm, int(os.environ.get("WORLD_SIZE", "1")))
     from .engines.base import check_model_dir
 
@@ -377,6 +378,7 @@ example:
   prl train --config configs/train/tiny_prl.yaml --resume
 """)
     p.add_argument("--config", required=True, help="YAML with algorithm: and train: sections")
+    p.add_argument("--model", default=None, help="starting model directory (default: the config's train.model)")
     p.add_argument("--db", default=None, help="store file (default: the config's train.db)")
     p.add_argument("--run-id", default=None, help="run id (default: the config's, else the out dir's name)")
     p.add_argument("--out", default=None, help="output directory for checkpoints and weights (default: the config's)")
