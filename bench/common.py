@@ -115,7 +115,7 @@ def render_results_md() -> Path:
         notes = RESULTS_DIR.parent / "notes" / "advantages.md"
         if notes.exists():
             out += [notes.read_text().strip(), ""]
-    for extra in ("generation.md", "verify.md", "store.md", "relevance.md"):
+    for extra in ("generation.md", "verify.md", "store.md", "relevance.md", "train_step.md", "dashboard.md"):
         notes_file = RESULTS_DIR.parent / "notes" / extra
         if notes_file.exists():
             out += [notes_file.read_text().strip(), ""]

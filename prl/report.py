@@ -76,12 +76,14 @@ def per_problem(run: RunSamples, metric: str, k: int | None = None) -> dict[str,
         rows = [problems[p] for p in sorted(problems)]
         if metric == "average":
             out[dataset] = torch.tensor([sum(ok for _, ok in s) / len(s) for s in rows], dtype=torch.float64)
-        elif metric == "pass":
-            vals = []
-            for s in rows:
-                c = sum(ok for _, ok in s)
-                vals.append(float(pass_at_k(torch.tensor([c]), len(s), k)[0]))
-            out[dataset] = torch.tensor(vals, dtype=torch.float64)
+        elif metric == "pass":  # vectorised per group of problems with the same number of samples
+            c = torch.tensor([sum(ok for _, ok in s) for s in rows], dtype=torch.float64)
+            n = torch.tensor([len(s) for s in rows])
+            vals = torch.empty(len(rows), dtype=torch.float64)
+            for size in n.unique().tolist():
+                sel = n == size
+                vals[sel] = pass_at_k(c[sel], int(size), k)
+            out[dataset] = vals
         elif metric == "maj":
             out[dataset] = torch.tensor([_maj(s) for s in rows], dtype=torch.float64)
         else:

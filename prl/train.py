@@ -234,7 +234,7 @@ class Trainer:
         self.step_no = 0  # completed steps
         # how each phase is called: directly, or (flows/train.py) as a Prefect task
         self.phase_runner: Callable[..., Any] = lambda _name, fn, *args: fn(*args)
-        self._pending: list[tuple[int, dict[str, float], list[dict[str, Any]]]] = []  # steps since the last checkpoint
+        self._pending: list[tuple[int, dict[str, float], dict[str, list]]] = []  # steps since the last checkpoint
         self.rollout_engine = None
         self.pool = None
         self.store = None
@@ -445,6 +445,15 @@ class Trainer:
                 start = end + 1
         return rows
 
+    def inspected_rollouts(self, r: Rollouts) -> list[dict[str, Any]]:
+        """The rollouts whose segments are logged, with each response token's text (for the dashboard)."""
+        k = min(self.t.segments_per_step, len(r.texts))
+        return [{"run_id": self.run_id, "step": self.step_no, "rollout_idx": i,
+                 "problem": self.problems[r.prompt_index[i]]["problem"], "gold": r.golds[i], "response": r.texts[i],
+                 "reward": float(r.rewards[i]),
+                 "tokens": [self.tokenizer.decode([int(t)]) for t in r.response_ids[i][r.mask[i]]]}
+                for i in range(k)]
+
     # ---- 4h. one step ----------------------------------------------------------------------------
 
     def step(self) -> dict[str, float]:
@@ -467,7 +476,7 @@ class Trainer:
                         "time/update": t4 - t3, "time/sync": t5 - t4, "time/step": t5 - t0})
         metrics = self.all_reduce_mean(metrics)
         self.step_no += 1
-        segs = self.segments(r, lp, adv) if self.rank == 0 else []
+        segs = {"segments": self.segments(r, lp, adv), "rollouts": self.inspected_rollouts(r)} if self.rank == 0 else {}
         self.finish_step(metrics, segs)
         return metrics
 
@@ -481,7 +490,7 @@ class Trainer:
 
     # ---- 4i. log + checkpoint (in this order: a step is finished once its checkpoint exists) ------
 
-    def finish_step(self, metrics: dict[str, float], segs: list[dict[str, Any]]) -> None:
+    def finish_step(self, metrics: dict[str, float], segs: dict[str, list[dict[str, Any]]]) -> None:
         step = self.step_no
         self._pending.append((step, metrics, segs))
         if step % self.t.checkpoint_every == 0 or step == self.t.steps:
@@ -489,14 +498,16 @@ class Trainer:
         if self.store is not None:
             self.write_metrics(step, metrics, segs)
 
-    def write_metrics(self, step: int, metrics: dict[str, float], segs: list[dict[str, Any]]) -> None:
+    def write_metrics(self, step: int, metrics: dict[str, float], segs: dict[str, list[dict[str, Any]]]) -> None:
         rows = [{"run_id": self.run_id, "step": step, "name": k, "value": (None if v != v else float(v))}
                 for k, v in sorted(metrics.items())]
         with self.store.write() as con:
             for row in rows:
                 con.execute(self.store.q["insert_train_metric"], row)
-            for row in segs:
+            for row in segs.get("segments", []):
                 con.execute(self.store.q["insert_prl_segment"], row)
+            for row in segs.get("rollouts", []):
+                con.execute(self.store.q["insert_train_rollout"], {**row, "tokens": json.dumps(row["tokens"])})
             con.execute(self.store.q["set_run_progress"], {"run_id": self.run_id, "train_step": step})
 
     def save_checkpoint(self) -> None:
@@ -537,7 +548,7 @@ class Trainer:
         if self.store is None:
             return
         with self.store.write() as con:
-            for q in ("delete_train_metrics_after", "delete_segments_after"):
+            for q in ("delete_train_metrics_after", "delete_segments_after", "delete_rollouts_after"):
                 con.execute(self.store.q[q], {"run_id": self.run_id, "step": step})
 
     # ---- 4j. evaluation of the current policy ------------------------------------------------------

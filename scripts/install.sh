@@ -44,6 +44,21 @@ if [ "$EXTRA" = "cpu" ]; then
   DS_ACCELERATOR=cpu "$VENV/bin/python" -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load(verbose=False)" >/dev/null
 fi
 
+# The dashboard's real-browser test drives Debian's Chromium with its ChromeDriver (Selenium, no
+# browser download). Installed when missing and this is a root shell with apt (CI, containers);
+# elsewhere that one test is skipped with a message saying so.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[install] chromium + chromium-driver (Debian packages) for the dashboard's browser test"
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 \
+           && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; } \
+      || echo "[install] warning: could not install chromium; the browser test will be skipped"
+  else
+    echo "[install] note: chromium/chromedriver not found; the dashboard's browser test will be skipped"
+  fi
+fi
+
 "$VENV/bin/python" - <<'PY'
 import importlib, sys
 mods = ["torch", "transformers", "deepspeed", "prefect", "duckdb", "streamlit", "plotly", "math_verify", "vllm"]

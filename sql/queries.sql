@@ -103,3 +103,61 @@ WHERE run_id = $run_id ORDER BY step, rollout_idx, segment_idx;
 
 -- name: eval_runs_of
 SELECT run_id, train_step, status FROM runs WHERE parent_run_id = $run_id ORDER BY train_step;
+
+-- name: insert_train_rollout
+INSERT INTO train_rollouts (run_id, step, rollout_idx, problem, gold, response, reward, tokens)
+VALUES ($run_id, $step, $rollout_idx, $problem, $gold, $response, $reward, $tokens)
+ON CONFLICT DO NOTHING;
+
+-- name: delete_rollouts_after
+DELETE FROM train_rollouts WHERE run_id = $run_id AND step > $step;
+
+-- name: runs_full
+SELECT r.run_id, r.kind, r.model, r.created_at, r.status, r.config, r.manifest, r.parent_run_id, r.train_step,
+       (SELECT count(*) FROM samples s WHERE s.run_id = r.run_id) AS samples,
+       (SELECT avg(s.score) FROM samples s WHERE s.run_id = r.run_id) AS average
+FROM runs r ORDER BY r.created_at, r.run_id;
+
+-- name: problem_row
+SELECT dataset, problem_id, problem, gold, gold_normalized, meta FROM problems
+WHERE dataset = $dataset AND problem_id = $problem_id;
+
+-- name: problem_ids_for_runs
+-- problems that have samples in any of the given runs, with how many runs solved them
+SELECT dataset, problem_id, count(DISTINCT run_id) AS runs, avg(score) AS average FROM samples
+WHERE list_contains($run_ids, run_id) GROUP BY dataset, problem_id ORDER BY dataset, problem_id;
+
+-- name: samples_for_problem
+SELECT run_id, sample_idx, verdict, extracted_answer, n_tokens, finish_reason, relevance, answer_only, response
+FROM samples WHERE dataset = $dataset AND problem_id = $problem_id AND list_contains($run_ids, run_id)
+ORDER BY run_id, sample_idx;
+
+-- name: verdict_counts_for_runs
+SELECT run_id, dataset, verdict, count(*) AS samples FROM samples WHERE list_contains($run_ids, run_id)
+GROUP BY run_id, dataset, verdict ORDER BY run_id, dataset, verdict;
+
+-- name: samples_by_verdict
+SELECT run_id, dataset, problem_id, sample_idx, extracted_answer, n_tokens, finish_reason, response FROM samples
+WHERE list_contains($run_ids, run_id) AND verdict = $verdict ORDER BY run_id, dataset, problem_id, sample_idx
+LIMIT $limit;
+
+-- name: suspicious_passes_for_runs
+SELECT run_id, dataset, problem_id, sample_idx, relevance, answer_only, extracted_answer, n_tokens, response
+FROM suspicious_passes WHERE list_contains($run_ids, run_id)
+ORDER BY answer_only DESC, relevance NULLS LAST, run_id, dataset, problem_id, sample_idx LIMIT $limit;
+
+-- name: train_metrics_for_runs
+SELECT run_id, step, name, value FROM train_metrics WHERE list_contains($run_ids, run_id) ORDER BY run_id, name, step;
+
+-- name: eval_points_for_runs
+-- evaluations made during training: their step and average score per data set
+SELECT r.parent_run_id AS run_id, r.train_step AS step, s.dataset, avg(s.score) AS average, count(*) AS samples
+FROM runs r JOIN samples s ON s.run_id = r.run_id
+WHERE list_contains($run_ids, r.parent_run_id) GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
+
+-- name: rollouts_for_run_step
+SELECT rollout_idx, problem, gold, response, reward, tokens FROM train_rollouts
+WHERE run_id = $run_id AND step = $step ORDER BY rollout_idx;
+
+-- name: rollout_steps_for_run
+SELECT DISTINCT step FROM train_rollouts WHERE run_id = $run_id ORDER BY step;

@@ -63,6 +63,19 @@ CREATE TABLE IF NOT EXISTS prl_segments (
     PRIMARY KEY (run_id, step, rollout_idx, segment_idx)
 );
 
+-- The training rollouts whose segments are in prl_segments, with their token texts (for the dashboard).
+CREATE TABLE IF NOT EXISTS train_rollouts (
+    run_id      VARCHAR NOT NULL,
+    step        INTEGER NOT NULL,
+    rollout_idx INTEGER NOT NULL,
+    problem     VARCHAR NOT NULL,
+    gold        VARCHAR,
+    response    VARCHAR NOT NULL,
+    reward      DOUBLE,
+    tokens      JSON,                        -- decoded text of each response token, in order
+    PRIMARY KEY (run_id, step, rollout_idx)
+);
+
 -- One row per (run, problem): how many samples, how many correct, average@n.
 CREATE OR REPLACE VIEW problem_outcomes AS
 SELECT run_id, dataset, problem_id,

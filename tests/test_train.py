@@ -184,6 +184,12 @@ def test_each_estimator_trains(trained, name):
     if name == "prl":  # ρ differs from the outcome advantage where the policy has moved from the reference
         assert any(abs(s[5]) > 0 for s in segs if s[0] == 2)
     assert (results[name] / "checkpoints" / "latest").read_text().strip() == "step_000002"
+    rollouts = store.rows("rollouts_for_run_step", run_id=name, step=2)
+    assert [r[0] for r in rollouts] == [0, 1]
+    for _idx, problem, gold, response, reward, tokens in rollouts:
+        tokens = json.loads(tokens)
+        assert problem and gold and reward in (0.0, 1.0) and len(tokens) >= 1
+        assert "".join(tokens).replace("\ufffd", "") .strip()[:10] == response.strip()[:10]
 
 
 @pytest.mark.e2e

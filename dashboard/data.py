@@ -1,0 +1,225 @@
+"""The dashboard's data: every function takes the store path and returns DataFrames or dicts.
+
+No SQL text here or in the pages: everything goes through the store's named queries
+(``sql/queries.sql``) and ``prl.report``. Each call opens a read-only connection for its
+queries and closes it (``prl.store``), so the app never holds the file and never blocks a flow
+that is writing; the pages cache results for a few seconds and show fresh rows on refresh.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from prl.store import Store, StoreError
+
+DB_ENV = "PRL_DB"
+
+
+def db_path() -> str:
+    """The store the app shows (``prl dashboard --db PATH`` sets it)."""
+    return os.environ.get(DB_ENV, "runs/store.duckdb")
+
+
+def open_store(db: str) -> Store:
+    if not Path(db).exists():
+        raise StoreError(f"{db}: no such store yet. Create one with `prl eval --db {db} …` or `prl demo`.")
+    return Store(db, create=False)
+
+
+def _json(value: Any) -> dict:
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return value
+    try:
+        return json.loads(value)
+    except (TypeError, ValueError):
+        return {}
+
+
+# ─── runs ───────────────────────────────────────────────────────────────────────────────────
+
+def runs(db: str) -> pd.DataFrame:
+    """Every run with what a reader compares: model, estimator, η, split, step, sampling, status."""
+    df = open_store(db).df("runs_full")
+    rows = []
+    for r in df.itertuples(index=False):
+        cfg, man = _json(r.config), _json(r.manifest)
+        algo = cfg.get("algorithm", {}) if r.kind == "train" else {}
+        train = cfg.get("train", {}) if r.kind == "train" else {}
+        sampling = man.get("sampling", {})
+        rows.append({
+            "run_id": r.run_id, "kind": r.kind, "status": r.status, "model": Path(str(r.model or "")).name or None,
+            "estimator": algo.get("estimator"), "eta": algo.get("eta"), "step_split": algo.get("step_split"),
+            "parent_run": r.parent_run_id, "step": r.train_step,
+            "n": sampling.get("n", cfg.get("n")), "temperature": sampling.get("temperature", train.get("temperature")),
+            "max_tokens": sampling.get("max_tokens", train.get("max_tokens")),
+            "datasets": ", ".join(cfg.get("datasets", [])) if r.kind == "eval" else None,
+            "samples": int(r.samples), "average": r.average, "created_at": r.created_at,
+        })
+    return pd.DataFrame(rows, columns=["run_id", "kind", "status", "model", "estimator", "eta", "step_split",
+                                       "parent_run", "step", "n", "temperature", "max_tokens", "datasets", "samples",
+                                       "average", "created_at"])
+
+
+def run_manifest(db: str, run_id: str) -> dict[str, Any]:
+    rows = open_store(db).rows("get_run", run_id=run_id)
+    if not rows:
+        return {}
+    return {"config": _json(rows[0][5]), "manifest": _json(rows[0][6])}
+
+
+def eval_run_ids(db: str) -> list[str]:
+    df = runs(db)
+    return df[(df["kind"] == "eval") & (df["samples"] > 0)]["run_id"].tolist()
+
+
+def paper_rows() -> pd.DataFrame:
+    """The paper's Tables 1 and 3 as reference rows (clearly not runs of this store)."""
+    from prl.paper import load_paper_tables
+
+    return pd.DataFrame([{"source": f"paper Table {p.table}", "metric": p.metric, "model": p.base_model,
+                          "method": p.method, **p.scores, "5 Avg (reported)": p.reported_5avg,
+                          "micro (recomputed)": round(p.computed_5avg, 2), "macro": round(p.macro, 2),
+                          "check": "ok" if p.matches else "MISMATCH"} for p in load_paper_tables()])
+
+
+# ─── scores ────────────────────────────────────────────────────────────────────────────────
+
+def scores(db: str, run_ids: list[str], k: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (run, data set) and per (run, aggregate) average@n and pass@k with 95% CIs.
+
+    Returns (datasets, aggregates) in long form: run_id, dataset/aggregate, problems, metric,
+    value, lo, hi (fractions). k is clipped to each run's n.
+    """
+    from prl.report import run_scores
+
+    store = open_store(db)
+    per_ds, agg = [], []
+    for run_id in run_ids:
+        sizes = store.rows("dataset_metrics_for_run", run_id=run_id)
+        if not sizes:
+            continue
+        kk = min(k, min(n for _d, _p, n, _a, _pass in sizes))
+        s = run_scores(store, run_id, [kk], iters=1000)
+        names = [f"average@{s['n']}", f"pass@{kk}"]
+        for row in s["datasets"]:
+            for name in names:
+                m = row[name]
+                per_ds.append({"run_id": run_id, "dataset": row["dataset"], "problems": row["problems"],
+                               "metric": name.split("@")[0], "k": int(name.split("@")[1]), **m})
+        for how in ("micro", "macro"):
+            for name in names:
+                m = s["aggregates"][how][name]
+                agg.append({"run_id": run_id, "aggregate": how, "problems": s["problems"],
+                            "datasets": len(s["datasets"]), "metric": name.split("@")[0],
+                            "k": int(name.split("@")[1]), **m})
+    cols = ["run_id", "dataset", "problems", "metric", "k", "value", "lo", "hi"]
+    return pd.DataFrame(per_ds, columns=cols), pd.DataFrame(
+        agg, columns=["run_id", "aggregate", "problems", "datasets", "metric", "k", "value", "lo", "hi"])
+
+
+def pass_at_k_curve(db: str, run_ids: list[str]) -> pd.DataFrame:
+    """Micro-averaged unbiased pass@k for every k ≤ n of each run: run_id, k, value."""
+    from prl.report import load_run, per_problem
+    from prl_core.metrics import micro_macro
+
+    store = open_store(db)
+    rows = []
+    for run_id in run_ids:
+        run = load_run(store, run_id)
+        for k in range(1, run.n + 1):
+            rows.append({"run_id": run_id, "k": k, "value": micro_macro(per_problem(run, "pass", k))["micro"]})
+    return pd.DataFrame(rows, columns=["run_id", "k", "value"])
+
+
+# ─── compare ───────────────────────────────────────────────────────────────────────────────
+
+def compare(db: str, run_a: str, run_b: str) -> dict[str, Any]:
+    """B vs A: per-data-set deltas with paired CIs, success-set counts, per-problem success rates."""
+    from prl.report import compare_runs
+
+    store = open_store(db)
+    c = compare_runs(store, run_a, run_b, iters=1000)
+    deltas = pd.DataFrame([{"dataset": r["dataset"], "problems": r["problems"], "average_a": r["average_a"],
+                            "average_b": r["average_b"], "diff": r["diff"]["diff"], "lo": r["diff"]["lo"],
+                            "hi": r["diff"]["hi"], "gained": r["mcnemar"]["gained"], "lost": r["mcnemar"]["lost"],
+                            "p_value": r["mcnemar"]["p_value"]} for r in c["datasets"]])
+    out = store.df("outcomes_for_runs", run_ids=[run_a, run_b])
+    a = out[out.run_id == run_a].set_index(["dataset", "problem_id"])
+    b = out[out.run_id == run_b].set_index(["dataset", "problem_id"])
+    both = a.join(b, suffixes=("_a", "_b"), how="inner").reset_index()
+    both["rate_a"] = both["c_a"] / both["n_a"]
+    both["rate_b"] = both["c_b"] / both["n_b"]
+    solved_a, solved_b = both["c_a"] > 0, both["c_b"] > 0
+    both["outcome"] = "neither"
+    both.loc[solved_a & solved_b, "outcome"] = "both"
+    both.loc[~solved_a & solved_b, "outcome"] = "gained"
+    both.loc[solved_a & ~solved_b, "outcome"] = "lost"
+    sets = (both.groupby(["dataset", "outcome"]).size().unstack(fill_value=0)
+            .reindex(columns=["gained", "lost", "both", "neither"], fill_value=0).reset_index())
+    return {"summary": c, "deltas": deltas, "sets": sets,
+            "problems": both[["dataset", "problem_id", "rate_a", "rate_b", "outcome"]]}
+
+
+# ─── problem ───────────────────────────────────────────────────────────────────────────────
+
+def problem_choices(db: str, run_ids: list[str]) -> pd.DataFrame:
+    return open_store(db).df("problem_ids_for_runs", run_ids=run_ids)
+
+
+def problem(db: str, dataset: str, problem_id: str, run_ids: list[str]) -> tuple[dict[str, Any] | None, pd.DataFrame]:
+    store = open_store(db)
+    rows = store.rows("problem_row", dataset=dataset, problem_id=problem_id)
+    info = None
+    if rows:
+        d, pid, text, gold, gold_norm, meta = rows[0]
+        info = {"dataset": d, "problem_id": pid, "problem": text, "gold_raw": gold, "gold": gold_norm,
+                "meta": _json(meta)}
+    return info, store.df("samples_for_problem", dataset=dataset, problem_id=problem_id, run_ids=run_ids)
+
+
+# ─── failures ──────────────────────────────────────────────────────────────────────────────
+
+def verdict_counts(db: str, run_ids: list[str]) -> pd.DataFrame:
+    return open_store(db).df("verdict_counts_for_runs", run_ids=run_ids)
+
+
+def samples_by_verdict(db: str, run_ids: list[str], verdict: str, limit: int = 200) -> pd.DataFrame:
+    return open_store(db).df("samples_by_verdict", run_ids=run_ids, verdict=verdict, limit=limit)
+
+
+def suspicious_passes(db: str, run_ids: list[str], limit: int = 200) -> pd.DataFrame:
+    return open_store(db).df("suspicious_passes_for_runs", run_ids=run_ids, limit=limit)
+
+
+# ─── training ──────────────────────────────────────────────────────────────────────────────
+
+def train_run_ids(db: str) -> list[str]:
+    df = runs(db)
+    return df[df["kind"] == "train"]["run_id"].tolist()
+
+
+def train_metrics(db: str, run_ids: list[str]) -> pd.DataFrame:
+    return open_store(db).df("train_metrics_for_runs", run_ids=run_ids)
+
+
+def eval_points(db: str, run_ids: list[str]) -> pd.DataFrame:
+    return open_store(db).df("eval_points_for_runs", run_ids=run_ids)
+
+
+def rollout_steps(db: str, run_id: str) -> list[int]:
+    return [r[0] for r in open_store(db).rows("rollout_steps_for_run", run_id=run_id)]
+
+
+def rollouts(db: str, run_id: str, step: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The inspected rollouts of a step and their segments (start/end token, S, ρ)."""
+    store = open_store(db)
+    ro = store.df("rollouts_for_run_step", run_id=run_id, step=step)
+    segs = store.df("segments_for_run", run_id=run_id)
+    return ro, segs[segs["step"] == step]

@@ -1,0 +1,55 @@
+"""Failures: samples by verdict category with counts per run and data set, and the suspicious
+passes (correct answer, reasoning that hardly refers to the problem) ranked by relevance."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import streamlit as st  # noqa: E402
+
+from dashboard import charts, ui  # noqa: E402
+
+
+st.title("Failures")
+
+CATEGORIES = ["no_answer", "timeout", "gold_unparsable", "error", "wrong"]
+
+
+def body() -> None:
+    run_ids = ui.pick_eval_runs(key="failure_runs")
+    if not run_ids:
+        return
+    counts = ui.verdict_counts(ui.db(), run_ids)
+    if counts.empty:
+        st.info("The selected runs have no samples.")
+        return
+    st.plotly_chart(charts.verdict_bars(counts), width="stretch")
+    st.dataframe(counts.pivot_table(index=["run_id", "dataset"], columns="verdict", values="samples",
+                                    fill_value=0), width="stretch")
+    st.subheader("Suspicious passes")
+    st.caption("Correct verdict, but the reasoning uses few of the problem's numbers and words (relevance < 0.15) "
+               "or the response is only an answer — the paper's Appendix-C case. Least relevant first.")
+    sus = ui.suspicious_passes(ui.db(), run_ids)
+    if sus.empty:
+        st.success("None: every correct sample refers to its problem.")
+    else:
+        st.dataframe(sus.drop(columns=["response"]), hide_index=True, width="stretch")
+        pick = st.selectbox("read one", range(len(sus)), index=None, placeholder="row",
+                            format_func=lambda i: f"{sus.iloc[i]['problem_id']} sample {sus.iloc[i]['sample_idx']}")
+        if pick is not None:
+            ui.show_text("response", sus.iloc[pick]["response"])
+    st.subheader("Samples by category")
+    verdict = st.radio("verdict", CATEGORIES, horizontal=True)
+    rows = ui.samples_by_verdict(ui.db(), run_ids, verdict)
+    if rows.empty:
+        st.info(f"No '{verdict}' samples in the selected runs.")
+        return
+    st.dataframe(rows.drop(columns=["response"]), hide_index=True, width="stretch")
+    pick = st.selectbox("read one", range(len(rows)), index=None, placeholder="row", key="failure_pick",
+                        format_func=lambda i: f"{rows.iloc[i]['problem_id']} sample {rows.iloc[i]['sample_idx']}")
+    if pick is not None:
+        ui.show_text("response", rows.iloc[pick]["response"])
+
+
+ui.guard(body)

@@ -1,0 +1,62 @@
+"""Training: curves of the training metrics per run with several runs overlaid and evaluation
+points on the same step axis; the inspected rollouts of a step with their segments shaded by rho."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import streamlit as st  # noqa: E402
+
+from dashboard import charts, ui  # noqa: E402
+
+import json  # noqa: E402
+
+st.title("Training")
+
+DEFAULT = ["reward/mean", "reward/accuracy", "kl/ref", "actor/entropy", "actor/clipfrac", "response/length",
+           "prl/rho_mean", "prl/rho_std", "time/step"]
+
+
+def body() -> None:
+    df = ui.all_runs()
+    if df is None:
+        return
+    choices = df[df["kind"] == "train"]["run_id"].tolist()
+    if not choices:
+        st.info("No training runs yet (`prl train --config …`).")
+        return
+    run_ids = st.multiselect("training runs", choices, default=choices[-2:])
+    if not run_ids:
+        return
+    metrics = ui.train_metrics(ui.db(), run_ids)
+    if metrics.empty:
+        st.info("The selected runs have no finished steps yet.")
+        return
+    names = sorted(metrics["name"].unique())
+    shown = st.multiselect("metrics", names, default=[n for n in DEFAULT if n in names])
+    evals = ui.eval_points(ui.db(), run_ids)
+    cols = st.columns(2)
+    for i, name in enumerate(shown):
+        cols[i % 2].plotly_chart(charts.training_curves(metrics, name, evals), width="stretch")
+    if not evals.empty:
+        st.subheader("Evaluations during training")
+        st.dataframe(evals, hide_index=True, width="stretch")
+    st.subheader("Where the weight went: segments of inspected rollouts")
+    run_id = st.selectbox("run", run_ids)
+    steps = ui.rollout_steps(ui.db(), run_id)
+    if not steps:
+        st.info("No rollouts were stored for this run.")
+        return
+    step = st.select_slider("step", steps, value=steps[-1])
+    ro, segs = ui.rollouts(ui.db(), run_id, step)
+    for r in ro.itertuples(index=False):
+        with st.expander(f"rollout {r.rollout_idx} · reward {r.reward:g}", expanded=r.rollout_idx == 0):
+            ui.show_text("problem", r.problem)
+            ui.show_text("response", r.response)
+            tokens = json.loads(r.tokens) if isinstance(r.tokens, str) else list(r.tokens or [])
+            st.plotly_chart(charts.segment_weights(tokens, segs[segs["rollout_idx"] == r.rollout_idx]),
+                            width="stretch")
+
+
+ui.guard(body)

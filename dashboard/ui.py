@@ -1,0 +1,80 @@
+"""Shared page helpers: the store path, cached data calls, run pickers, friendly empty states."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import streamlit as st
+
+from dashboard import data
+from prl.store import StoreError
+
+TTL_S = 3  # cached results live a few seconds: a refresh shows what a running flow wrote since
+
+
+def cached(fn: Callable) -> Callable:
+    return st.cache_data(ttl=TTL_S, show_spinner=False)(fn)
+
+
+runs = cached(data.runs)
+run_manifest = cached(data.run_manifest)
+paper_rows = cached(data.paper_rows)
+scores = cached(data.scores)
+pass_at_k_curve = cached(data.pass_at_k_curve)
+compare = cached(data.compare)
+problem_choices = cached(data.problem_choices)
+problem = cached(data.problem)
+verdict_counts = cached(data.verdict_counts)
+samples_by_verdict = cached(data.samples_by_verdict)
+suspicious_passes = cached(data.suspicious_passes)
+train_metrics = cached(data.train_metrics)
+eval_points = cached(data.eval_points)
+rollout_steps = cached(data.rollout_steps)
+rollouts = cached(data.rollouts)
+
+
+def db() -> str:
+    return data.db_path()
+
+
+def guard(fn: Callable[[], Any]) -> None:
+    """Run a page body; a missing or busy store becomes a message, not a traceback."""
+    try:
+        fn()
+    except StoreError as e:
+        st.info(str(e))
+
+
+def all_runs():
+    """The runs table, or None (with a message) when the store has none."""
+    df = runs(db())
+    if df.empty:
+        st.info(f"The store {db()} has no runs yet. Run `prl eval --db {db()} …`, `prl train …` or `prl demo`.")
+        return None
+    return df
+
+
+def pick_eval_runs(label: str = "runs", *, key: str, max_default: int = 3) -> list[str]:
+    df = all_runs()
+    if df is None:
+        return []
+    choices = df[(df["kind"] == "eval") & (df["samples"] > 0)]["run_id"].tolist()
+    if not choices:
+        st.info("No evaluation run has samples yet.")
+        return []
+    return st.multiselect(label, choices, default=choices[-max_default:], key=key)
+
+
+def show_text(label: str, text: str, *, fold_over: int = 1200) -> None:
+    """Untrusted text (model output, data sets) as plain text; long text folded."""
+    if text is None:
+        st.caption(f"{label}: —")
+        return
+    if len(text) > fold_over:
+        st.caption(f"{label} ({len(text):,} characters)")
+        st.text(text[:fold_over] + " …")
+        with st.expander("show all"):
+            st.text(text)
+    else:
+        st.caption(label)
+        st.text(text)

@@ -1,0 +1,71 @@
+"""A small store with known numbers for the dashboard tests (pages, charts, the browser check)."""
+
+from __future__ import annotations
+
+import json
+
+from prl.datasets import Problem
+from prl.store import Store
+
+SCRIPT = "<script>document.title='pwned'</script><b>bold</b> **not markdown** \\boxed{7}"
+
+# correct samples out of 4 per problem
+OUTCOMES = {
+    "base": {("math500", "math500/0"): 1, ("math500", "math500/1"): 0, ("math500", "math500/2"): 0,
+             ("amc23", "amc23/0"): 0, ("amc23", "amc23/1"): 4},
+    "prl": {("math500", "math500/0"): 4, ("math500", "math500/1"): 2, ("math500", "math500/2"): 0,
+            ("amc23", "amc23/0"): 4, ("amc23", "amc23/1"): 4},
+}
+# by hand: base math500 average@4 = (1/4 + 0 + 0)/3 = 8.3 %, amc23 = (0 + 1)/2 = 50.0 %
+#          prl  math500 = (1 + 1/2 + 0)/3 = 50.0 %,       amc23 = 100.0 %
+#          micro base = (1/4 + 4/4)/5 = 25.0 %, prl = (4 + 2 + 0 + 4 + 4)/20 = 70.0 %
+#          gained by prl (solved at least once): math500/1, amc23/0; lost: none
+
+
+def seed(path) -> str:
+    s = Store(path)
+    problems = [Problem("math500", f"math500/{i}", f"What is {i} + 7? <i>html in a problem</i>", str(i + 7),
+                        json.dumps(str(i + 7)), {}) for i in range(3)]
+    problems += [Problem("amc23", f"amc23/{i}", f"Compute {i} times 9.", str(9 * i), json.dumps(float(9 * i)),
+                         {"gold_raw_only": True, "gold_flag": "raw_only"} if i == 0 else {}) for i in range(2)]
+    s.insert_problems(problems)
+    for run_id, outcomes in OUTCOMES.items():
+        s.execute("upsert_run", run_id=run_id, kind="eval", model=f"/models/{run_id}", status="finished",
+                  config={"datasets": ["math500", "amc23"], "n": 4}, manifest={"seed": 0, "sampling": {"n": 4}},
+                  parent_run_id=None, train_step=None)
+        rows = []
+        for (dataset, pid), c in outcomes.items():
+            for i in range(4):
+                ok = i < c
+                response = SCRIPT if (run_id == "base" and pid == "math500/1" and i == 0) else (
+                    f"We add the numbers and get \\boxed{{{'right' if ok else 'wrong'}}}")
+                verdict = "correct" if ok else ("no_answer" if (run_id == "base" and pid == "math500/2" and i == 3)
+                                                else "wrong")
+                rows.append(dict(run_id=run_id, dataset=dataset, problem_id=pid, sample_idx=i, response=response,
+                                 extracted_answer="7" if ok else "3", verdict=verdict, score=float(ok), n_tokens=20 + i,
+                                 finish_reason="stop", verify_ms=1.0,
+                                 relevance=0.05 if (run_id == "prl" and pid == "amc23/0" and i == 0) else 0.8,
+                                 answer_only=False))
+        s.insert_samples(rows)
+    # a training run with metrics, segments, rollouts and one evaluation during training
+    s.execute("upsert_run", run_id="train-prl", kind="train", model="/models/base", status="finished",
+              config={"algorithm": {"estimator": "prl", "eta": 20, "step_split": "text:\n\n"},
+                      "train": {"temperature": 1.0, "max_tokens": 96}},
+              manifest={"seed": 0}, parent_run_id=None, train_step=5)
+    s.execute_many("insert_train_metric", ({"run_id": "train-prl", "step": step, "name": name, "value": value}
+                                           for step in range(1, 6)
+                                           for name, value in (("reward/mean", 0.1 * step), ("kl/ref", 0.01 * step),
+                                                               ("actor/entropy", 1.0 - 0.1 * step))))
+    s.execute_many("insert_prl_segment", ({"run_id": "train-prl", "step": 5, "rollout_idx": 0, "segment_idx": j,
+                                           "start_tok": 3 * j, "end_tok": 3 * j + 2, "kl_to_go": 0.3 - 0.1 * j,
+                                           "rho": 0.5 - 0.4 * j} for j in range(3)))
+    s.execute("insert_train_rollout", run_id="train-prl", step=5, rollout_idx=0, problem="What is 2 + 2?", gold="4",
+              response="2 + 2\n\n= 4\n\n\\boxed{4}", reward=1.0,
+              tokens=json.dumps(["2", " +", " 2", "\n\n", "=", " 4", "\n\n", "\\boxed{", "4}"]))
+    s.execute("upsert_run", run_id="train-prl@step5", kind="eval", model="/runs/train-prl/policy", status="finished",
+              config={"datasets": ["math500"], "n": 4}, manifest={"seed": 0}, parent_run_id="train-prl", train_step=5)
+    s.insert_samples([dict(run_id="train-prl@step5", dataset="math500", problem_id="math500/0", sample_idx=i,
+                           response="\\boxed{7}", extracted_answer="7", verdict="correct" if i < 3 else "wrong",
+                           score=float(i < 3), n_tokens=5, finish_reason="stop", verify_ms=1.0, relevance=0.0,
+                           answer_only=True) for i in range(4)])
+    return str(path)

@@ -1,0 +1,317 @@
+"""The dashboard: pure chart functions, data functions on a seeded store with hand-computed
+numbers, every page through Streamlit's AppTest (asserting what is shown), a concurrent writer,
+and a real headless-Chromium check of the running app."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dashboard_seed import SCRIPT, seed  # noqa: E402
+
+from dashboard import charts, data  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = ROOT / "dashboard" / "pages"
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    return seed(tmp_path_factory.mktemp("dash") / "store.duckdb")
+
+
+@pytest.fixture
+def page(db, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv(data.DB_ENV, db)
+
+    def run(name: str, query: dict | None = None):
+        at = AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=60)
+        for k, v in (query or {}).items():
+            at.query_params[k] = v
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return at
+
+    return run
+
+
+# ─── charts: DataFrame → Figure ─────────────────────────────────────────────────────────────
+
+def test_scores_chart_values_and_error_bars():
+    df = pd.DataFrame({"run_id": ["a", "a", "b"], "dataset": ["x", "y", "x"], "metric": ["average"] * 3,
+                       "k": [4] * 3, "value": [0.5, 0.25, 0.75], "lo": [0.4, 0.1, 0.7], "hi": [0.6, 0.3, 0.9]})
+    fig = charts.scores_by_dataset(df, "average")
+    assert [t.name for t in fig.data] == ["a", "b"]
+    assert list(fig.data[0].y) == [50.0, 25.0] and list(fig.data[0].error_y.array) == pytest.approx([10.0, 5.0])
+    assert list(fig.data[0].error_y.arrayminus) == pytest.approx([10.0, 15.0])
+    empty = charts.scores_by_dataset(df, "pass")
+    assert not empty.data and "no scores" in empty.layout.annotations[0].text
+
+
+def test_comparison_and_training_charts():
+    d = pd.DataFrame({"dataset": ["x", "y"], "diff": [0.1, -0.2], "lo": [0.0, -0.3], "hi": [0.2, -0.1]})
+    fig = charts.deltas(d, "A", "B")
+    assert list(fig.data[0].y) == pytest.approx([10.0, -20.0]) and fig.data[0].marker.color == ("#2a9d8f", "#e76f51")
+    sets = pd.DataFrame({"dataset": ["x"], "gained": [2], "lost": [1], "both": [3], "neither": [4]})
+    assert [t.name for t in charts.success_sets(sets).data] == ["gained", "lost", "both", "neither"]
+    m = pd.DataFrame({"run_id": ["r"] * 3, "step": [1, 2, 3], "name": ["reward/mean"] * 3, "value": [0.1, 0.2, 0.3]})
+    ev = pd.DataFrame({"run_id": ["r"], "step": [3], "dataset": ["synth_test"], "average": [0.4]})
+    fig = charts.training_curves(m, "reward/mean", ev)
+    assert list(fig.data[0].y) == [0.1, 0.2, 0.3] and list(fig.data[1].y) == [0.4]
+    curve = charts.pass_at_k_curve(pd.DataFrame({"run_id": ["r", "r"], "k": [1, 2], "value": [0.2, 0.3]}))
+    assert list(curve.data[0].y) == pytest.approx([20.0, 30.0])
+
+
+def test_segment_chart_escapes_model_text():
+    segs = pd.DataFrame({"start_tok": [0, 2], "end_tok": [1, 3], "kl_to_go": [0.2, 0.1], "rho": [0.5, -0.5]})
+    fig = charts.segment_weights(["<scr", "ipt>", "a", "b"], segs)
+    assert len(fig.data) == 2 and "&lt;script&gt;" in fig.data[0].hovertext[0]
+    assert fig.data[0].marker.color == (0.5,) and fig.data[1].marker.color == (-0.5,)
+
+
+# ─── data functions on the seeded store ──────────────────────────────────────────────────────
+
+def test_scores_match_hand_computation(db):
+    per_ds, agg = data.scores(db, ["base", "prl"], 4)
+    avg = per_ds[per_ds.metric == "average"].set_index(["run_id", "dataset"])["value"]
+    assert avg[("base", "math500")] == pytest.approx(1 / 12) and avg[("base", "amc23")] == pytest.approx(0.5)
+    assert avg[("prl", "math500")] == pytest.approx(0.5) and avg[("prl", "amc23")] == pytest.approx(1.0)
+    micro = agg[(agg["aggregate"] == "micro") & (agg["metric"] == "average")].set_index("run_id")["value"]
+    assert micro["base"] == pytest.approx(0.25) and micro["prl"] == pytest.approx(0.7)
+    macro = agg[(agg["aggregate"] == "macro") & (agg["metric"] == "average")].set_index("run_id")["value"]
+    assert macro["base"] == pytest.approx((1 / 12 + 0.5) / 2)
+    curve = data.pass_at_k_curve(db, ["prl"])
+    assert curve["k"].tolist() == [1, 2, 3, 4] and curve["value"].iloc[-1] == pytest.approx(0.8)
+
+
+def test_compare_sets_and_problems(db):
+    c = data.compare(db, "base", "prl")
+    assert c["summary"]["gained"] == ["math500/1", "amc23/0"] or sorted(c["summary"]["gained"]) == ["amc23/0", "math500/1"]
+    assert c["summary"]["lost"] == []
+    sets = c["sets"].set_index("dataset")
+    assert sets.loc["math500", "gained"] == 1 and sets.loc["math500", "both"] == 1 and sets.loc["math500", "neither"] == 1
+    assert sets.loc["amc23", "gained"] == 1 and sets.loc["amc23", "both"] == 1
+    rates = c["problems"].set_index("problem_id")
+    assert rates.loc["math500/1", "rate_a"] == 0 and rates.loc["math500/1", "rate_b"] == 0.5
+
+
+def test_problem_failures_training_data(db):
+    info, samples = data.problem(db, "amc23", "amc23/0", ["base", "prl"])
+    assert info["gold"] == "0" and info["meta"]["gold_flag"] == "raw_only" and len(samples) == 8
+    counts = data.verdict_counts(db, ["base"]).set_index(["dataset", "verdict"])["samples"]
+    assert counts[("math500", "no_answer")] == 1 and counts[("math500", "correct")] == 1
+    sus = data.suspicious_passes(db, ["prl", "train-prl@step5"])
+    assert sus.iloc[0]["answer_only"] and ("prl", "amc23/0", 0) in set(zip(sus.run_id, sus.problem_id, sus.sample_idx))
+    assert len(data.train_metrics(db, ["train-prl"])) == 15
+    ev = data.eval_points(db, ["train-prl"])
+    assert ev[["step", "average"]].values.tolist() == [[5, 0.75]]
+    ro, segs = data.rollouts(db, "train-prl", 5)
+    assert len(ro) == 1 and segs["rho"].tolist() == pytest.approx([0.5, 0.1, -0.3])
+    runs = data.runs(db).set_index("run_id")
+    assert runs.loc["train-prl", "estimator"] == "prl" and runs.loc["train-prl", "eta"] == 20
+    assert runs.loc["train-prl@step5", "parent_run"] == "train-prl"
+
+
+# ─── every page through AppTest, asserting what it shows ──────────────────────────────────────
+
+def test_runs_page(page):
+    at = page("runs")
+    runs = at.dataframe[0].value
+    assert set(runs["run_id"]) == {"base", "prl", "train-prl", "train-prl@step5"}
+    ref = at.dataframe[1].value
+    assert (ref["check"] == "MISMATCH").sum() == 1 and ref["source"].str.startswith("paper").all()
+
+
+def test_scores_page_shows_the_numbers(page):
+    at = page("scores")
+    shown = " ".join(str(x) for df in at.dataframe for x in df.value.to_numpy().ravel())
+    assert "25.0 [" in shown and "70.0 [" in shown  # micro average@4 of base and prl
+    assert "8.3 [" in shown and "100.0 [" in shown  # base math500, prl amc23
+    assert len(at.get("plotly_chart")) == 3
+
+
+def test_compare_page(page):
+    at = page("compare")
+    at.selectbox[0].set_value("base")
+    at.selectbox[1].set_value("prl")
+    at.run()
+    assert not at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["gained / lost"] == "2 / 0" and metrics["common problems"] == "5"
+    assert metrics["Δ average@n (pp)"] == "+45.0"
+
+
+def test_problem_page_shows_untrusted_text_as_text(page):
+    at = page("problem", {"dataset": "math500", "problem_id": "math500/1", "runs": "base"})
+    texts = [t.value for t in at.text]
+    assert SCRIPT in texts  # rendered by st.text: shown verbatim, never as HTML or Markdown
+    assert not any(SCRIPT in m.value for m in at.markdown)
+    assert any("<i>html in a problem</i>" in t for t in texts)
+
+
+def test_failures_page(page):
+    at = page("failures")
+    sus = at.dataframe[1].value
+    assert ("prl", "amc23/0") in set(zip(sus.run_id, sus.problem_id))
+
+
+def test_training_page(page):
+    at = page("training")
+    assert len(at.get("plotly_chart")) == 4  # reward/mean, kl/ref, actor/entropy + the segment view
+    assert at.dataframe[0].value[["step", "average"]].values.tolist() == [[5, 0.75]]
+
+
+def test_sql_page_runs_reads_and_refuses_writes(page):
+    at = page("sql")
+    at.button[0].click().run()
+    assert len(at.dataframe[-1].value) >= 4
+    for bad in ("DELETE FROM samples", "ATTACH 'x.duckdb'", "COPY samples TO 'x.csv'", "INSTALL httpfs",
+                "SELECT * FROM read_csv('/etc/passwd')"):
+        at.text_area[0].set_value(bad).run()
+        at.button[0].click().run()
+        assert at.error and ("not allowed" in at.error[0].value or "read-only" in at.error[0].value
+                             or "disabled" in at.error[0].value or "external" in at.error[0].value.lower()), bad
+
+
+def test_empty_and_missing_stores_say_so(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from prl.store import Store
+
+    monkeypatch.setenv(data.DB_ENV, str(tmp_path / "missing.duckdb"))
+    for name in ("runs", "scores", "training"):
+        at = AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=60).run()
+        assert not at.exception and "no such store" in at.info[0].value
+    Store(tmp_path / "empty.duckdb")
+    monkeypatch.setenv(data.DB_ENV, str(tmp_path / "empty.duckdb"))
+    for name in ("runs", "scores", "compare", "problem", "failures", "training", "sql"):
+        at = AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=60).run()
+        assert not at.exception, name
+        if name != "sql":
+            assert at.info, name
+
+
+WRITER = r"""
+import sys
+from prl.store import Store
+s = Store(sys.argv[1], create=False)
+for chunk in range(40):
+    s.insert_samples([dict(run_id="live", dataset="math500", problem_id=f"math500/{chunk}", sample_idx=i,
+                           response="x", extracted_answer="1", verdict="correct", score=1.0, n_tokens=5,
+                           finish_reason="stop", verify_ms=1.0) for i in range(4)])
+print("done", flush=True)
+"""
+
+
+def test_pages_work_while_a_flow_writes(tmp_path, monkeypatch):
+    """A real writer process inserts samples while the pages' queries run: no lock errors, fresh rows."""
+    from streamlit.testing.v1 import AppTest
+
+    from prl.store import Store
+
+    db = seed(tmp_path / "busy.duckdb")
+    Store(db).execute("upsert_run", run_id="live", kind="eval", model="m", status="running", config={}, manifest={},
+                      parent_run_id=None, train_step=None)
+    monkeypatch.setenv(data.DB_ENV, db)
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, db], stdout=subprocess.PIPE, text=True)
+    seen = []
+    while writer.poll() is None:
+        at = AppTest.from_file(str(PAGES / "runs.py"), default_timeout=60).run()
+        assert not at.exception, [e.value for e in at.exception]
+        seen.append(int(at.dataframe[0].value.set_index("run_id").loc["live", "samples"]))
+        for name in ("scores", "failures"):
+            assert not AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=60).run().exception
+    assert writer.wait() == 0
+    import streamlit as st
+
+    st.cache_data.clear()  # what the page's few-second cache expiry does on refresh
+    at = AppTest.from_file(str(PAGES / "runs.py"), default_timeout=60).run()
+    assert int(at.dataframe[0].value.set_index("run_id").loc["live", "samples"]) == 160
+    assert seen == sorted(seen)
+
+
+# ─── a real browser ─────────────────────────────────────────────────────────────────────────
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _lan_ip() -> str | None:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # no packet is sent; this picks the outgoing interface
+            ip = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if ip.startswith("127.") else ip
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")),
+                    reason="needs Debian's chromium and chromium-driver (scripts/install.sh installs them as root)")
+def test_real_browser_renders_every_page(db):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    artifacts = ROOT / "artifacts" / "screenshots"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "prl.cli", "dashboard", "--db", db, "--port", str(port)],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    opts = webdriver.ChromeOptions()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--window-size=1400,1000"):
+        opts.add_argument(flag)
+    opts.binary_location = shutil.which("chromium")
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        lan = _lan_ip()
+        if lan:  # bound to 127.0.0.1 by default: unreachable on the machine's other address
+            with pytest.raises(OSError):
+                socket.create_connection((lan, port), timeout=2).close()
+        expect = {"": "Runs", "scores": "Scores", "compare": "Compare two runs", "problem": "Problem",
+                  "failures": "Failures", "training": "Training", "sql": "SQL (read-only)"}
+        for path, title in expect.items():
+            driver.get(f"{base}/{path}")
+            WebDriverWait(driver, 60).until(lambda d: title in d.find_element(By.TAG_NAME, "body").text)
+            time.sleep(1.5)  # let charts finish drawing for the screenshot
+            assert "Traceback" not in driver.find_element(By.TAG_NAME, "body").text
+            driver.save_screenshot(str(artifacts / f"{path or 'runs'}.png"))
+        driver.get(f"{base}/problem?dataset=math500&problem_id=math500/1&runs=base")
+        WebDriverWait(driver, 60).until(lambda d: "document.title" in d.find_element(By.TAG_NAME, "body").text)
+        body = driver.find_element(By.TAG_NAME, "body").text
+        assert "<script>document.title='pwned'</script><b>bold</b> **not markdown**" in body
+        assert driver.title != "pwned" and not driver.find_elements(By.XPATH, "//b[text()='bold']")
+        driver.save_screenshot(str(artifacts / "problem_script_as_text.png"))
+    finally:
+        driver.quit()
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
