@@ -127,10 +127,10 @@ def _cmd_sft(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .demo import main_args
 
-    run_demo(args.out, seed=args.seed, sft_steps=args.sft_steps, n=args.n, engine=args.engine)
-    return 0
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    return main_args(args)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -445,16 +445,33 @@ example:
 
     p = sub.add_parser(
         "demo",
-        help="run the main job on the embedded default",
-        description="Synthetic task -> tiny model built from --seed -> SFT warm start -> --n samples per held-out "
-        "problem with the chosen engine -> Math-Verify grading -> accuracy by level. Finished steps are reused "
-        "when their settings match (the warm start takes ~4 minutes on 2 cores the first time).",
-    )
+        help="the main job: warm start -> PRL and GRPO training -> evaluation -> report (Prefect 'pipeline')",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Run the 'pipeline' flow on the embedded default: write the synthetic task, build the tiny model
+from --seed, warm-start it with SFT, train PRL and its GRPO twin (same seeds, data and budget) on
+DeepSpeed, evaluate the warm start, GRPO and PRL on the 400 held-out synthetic problems and a
+slice of each benchmark, and print the micro/macro tables, PRL vs warm start and PRL vs GRPO
+paired comparisons, where the store is, and the command that opens the dashboard.
+
+Interrupted? Run the same command again: finished steps are reused (cached model and warm start,
+training checkpoints, evaluations resumed from the store).
+
+example:
+  prl demo                      # ~12 min on 2 cores the first time
+  prl dashboard --db runs/demo/store.duckdb
+""")
     p.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sft-steps", type=int, default=600, help="warm-start steps (default 600)")
-    p.add_argument("--n", type=int, default=8, help="samples per problem (default 8, as the paper)")
+    p.add_argument("--sft-steps", type=int, default=600, help="warm-start steps (default 600, ~4 min)")
+    p.add_argument("--train-steps", type=int, default=150, help="RL steps of PRL and of GRPO (default 150)")
+    p.add_argument("--eval-n", type=int, default=4, help="samples per problem in the evaluations (default 4)")
+    p.add_argument("--synth-limit", type=int, default=None, help="held-out synthetic problems (default all 400)")
+    p.add_argument("--bench-limit", type=int, default=20, help="problems of each benchmark (default 20)")
     p.add_argument("--engine", choices=("vllm", "hf"), default="vllm")
+    p.add_argument("--small", action="store_true",
+                   help="a smoke-test budget (minutes): 60 warm-start steps, 3 RL steps, 12 synthetic + 2 per benchmark")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_demo)
     return parser
 

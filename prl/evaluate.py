@@ -88,9 +88,11 @@ class EvalConfig:
         if not self.datasets:
             fail("datasets", "give at least one data set")
         for d in self.datasets:
-            if d not in DATASETS and Path(d).suffix not in (".jsonl", ".parquet"):
-                fail("datasets", f"unknown {d!r}; use one of {', '.join(DATASETS)} or a .jsonl/.parquet path")
-        if len(set(self.datasets)) != len(self.datasets):
+            name, k = split_spec(d)
+            if name not in DATASETS and Path(name).suffix not in (".jsonl", ".parquet"):
+                fail("datasets", f"unknown {name!r}; use one of {', '.join(DATASETS)} or a .jsonl/.parquet path "
+                     "(optionally NAME:K for its first K problems)")
+        if len({split_spec(d)[0] for d in self.datasets}) != len(self.datasets):
             fail("datasets", "a data set is listed twice")
         for name in ("n", "chunk_problems", "verifier_workers", "max_tokens", "verify_timeout_s"):
             v = getattr(self, name)
@@ -115,9 +117,9 @@ class EvalConfig:
 
     def identity(self) -> dict[str, Any]:
         """What must not change when a run is resumed: the same model sampled the same way."""
-        return {"model": str(Path(self.model).resolve()), "n": self.n, "engine": self.engine,
-                "max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
-                "seed": self.seed, "dtype": self.dtype}
+        return {"model": str(Path(self.model).resolve()), "model_fingerprint": model_fingerprint(self.model),
+                "n": self.n, "engine": self.engine, "max_tokens": self.max_tokens, "temperature": self.temperature,
+                "top_p": self.top_p, "seed": self.seed, "dtype": self.dtype}
 
     def resolved_run_id(self) -> str:
         if self.run_id:
@@ -128,8 +130,38 @@ class EvalConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["datasets"] = list(self.datasets)
+        d["model_fingerprint"] = model_fingerprint(self.model)
         d["run_id"] = self.resolved_run_id()
         return d
+
+
+def split_spec(spec: str) -> tuple[str, int | None]:
+    """'math500:20' → ('math500', 20); 'math500' → ('math500', None). Paths may contain ':' only before a suffix."""
+    name, sep, k = spec.rpartition(":")
+    if sep and k.isdigit() and int(k) > 0 and name:
+        return name, int(k)
+    return spec, None
+
+
+def model_fingerprint(model_dir: str | Path) -> str | None:
+    """A content fingerprint of a model directory's config and weights (sizes + first/last 4 MiB of each
+    weight file), so an evaluation run id never mixes samples of different weights."""
+    root = Path(model_dir)
+    if not root.is_dir():
+        return None
+    h = hashlib.sha256()
+    cfg = root / "config.json"
+    if cfg.exists():
+        h.update(cfg.read_bytes())
+    for f in sorted(p for pattern in ("*.safetensors", "*.bin", "*.pt") for p in root.glob(pattern)):
+        size = f.stat().st_size
+        h.update(f"{f.name}:{size}".encode())
+        with f.open("rb") as fh:
+            h.update(fh.read(4 << 20))
+            if size > 8 << 20:
+                fh.seek(-(4 << 20), 2)
+                h.update(fh.read())
+    return h.hexdigest()[:16]
 
 
 # ─── steps ──────────────────────────────────────────────────────────────────────────────────
@@ -137,14 +169,16 @@ class EvalConfig:
 def load_problems(cfg: EvalConfig, log: Callable[[str], None] = print) -> list[Problem]:
     """Every problem of the configured data sets (first ``limit`` of each), in a stable order."""
     problems: list[Problem] = []
-    for name in cfg.datasets:
+    for spec in cfg.datasets:
+        name, k = split_spec(spec)
+        k = k or cfg.limit
         found, skipped = load_dataset(name, strict=cfg.strict)
         if skipped:
             log(f"{name}: skipped {len(skipped)} bad rows (lenient): " + "; ".join(skipped[:3])
                 + (" …" if len(skipped) > 3 else ""))
         if not found:
             raise DatasetError(f"{name}: no usable problems")
-        problems.extend(found[: cfg.limit] if cfg.limit else found)
+        problems.extend(found[:k] if k else found)
     keys = [(p.dataset, p.problem_id) for p in problems]
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
@@ -221,7 +255,8 @@ def preflight(cfg: EvalConfig) -> None:
     """Checks that need no engine and no flow: the model directory, user data files, resumability.
     ``prl eval`` runs them first so that input errors are one line, not a failed flow run."""
     check_model_dir(cfg.model)
-    for name in cfg.datasets:
+    for spec in cfg.datasets:
+        name, _k = split_spec(spec)
         if name not in DATASETS:
             load_dataset(name, strict=cfg.strict, flag_raw_only=False)
     if Path(cfg.db).exists():

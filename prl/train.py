@@ -659,11 +659,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     cfg = RunConfig.from_yaml(args.config, db=args.db, run_id=args.run_id, out_dir=args.out_dir, steps=args.steps)
-    trainer = Trainer(cfg)
-    result = trainer.run(resume=args.resume)
+    import contextlib
+
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the final JSON line
+        trainer = Trainer(cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
+        result = trainer.run(resume=args.resume)
     if trainer.rank == 0:
-        print(json.dumps(result, default=str))
-    torch.distributed.barrier()
+        print(json.dumps(result, default=str), flush=True)
+    if torch.distributed.is_initialized():  # vLLM's in-process engine tears the group down when it closes
+        torch.distributed.barrier()
     return 0
 
 

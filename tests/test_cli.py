@@ -54,28 +54,6 @@ def test_data_synth_and_build_tiny(tmp_path):
     assert (tmp_path / "tiny" / "config.json").exists()
 
 
-@pytest.mark.e2e
-def test_demo_main_job_end_to_end(tmp_path):
-    """The README's main job, shortened (50 warm-start steps, 2 samples): every stage runs for real."""
-    import json
-
-    r = subprocess.run([*PRL, "demo", "--out", str(tmp_path / "demo"), "--sft-steps", "50", "--n", "2"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=1200)
-    assert r.returncode == 0, r.stderr[-3000:]
-    report = json.loads((tmp_path / "demo" / "demo_report.json").read_text())
-    assert report["overall"]["problems"] == 400 and [row["level"] for row in report["levels"]] == [1, 2, 3, 4]
-    samples = (tmp_path / "demo" / "samples" / "synth_test.jsonl").read_text().splitlines()
-    assert len(samples) == 800
-    assert 0.0 <= report["overall"]["average@2"] <= report["overall"]["pass@2"] <= 1.0
-    assert "average@2" in r.stdout and "[demo] done" in r.stdout
-    manifest = json.loads((tmp_path / "demo" / "samples" / "synth_test.manifest.json").read_text())
-    assert manifest["engine"]["engine"] == "vllm" and manifest["prompt"]["template_sha256"]
-    # a second run reuses the model and the warm start
-    r2 = subprocess.run([*PRL, "demo", "--out", str(tmp_path / "demo"), "--sft-steps", "50", "--n", "2"],
-                        capture_output=True, text=True, cwd=ROOT, timeout=1200)
-    assert r2.returncode == 0 and "tiny model: reusing" in r2.stdout and "warm start: reusing" in r2.stdout
-
-
 def test_report_flags_the_one_paper_row():
     r = run("report")
     assert r.returncode == 0

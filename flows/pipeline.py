@@ -1,0 +1,236 @@
+"""The ``pipeline`` flow — the main job, from nothing to a populated store:
+
+    prepare data → build the tiny model → SFT warm start → train PRL and its GRPO twin (same
+    seeds, data and budget) → evaluate the warm start, GRPO and PRL on the synthetic test set and
+    a slice of each benchmark → report (micro/macro tables, PRL vs warm start and PRL vs GRPO)
+
+Every step is idempotent, so a pipeline killed at any point and rerun picks up where it
+stopped: data, model and warm start are Prefect tasks cached on their inputs *and* on their
+output still existing (``cache_key_fn`` below); training resumes from its last DeepSpeed
+checkpoint; evaluations resume from the store (the run id and the weights' fingerprint say
+which samples are already there). Nothing is written twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from prl.datasets import BENCHMARKS, SYNTHETIC
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """The main job on the embedded default (every size is small enough for 2 CPU cores)."""
+
+    out_dir: str = "runs/demo"
+    """Everything goes here: data, models, checkpoints, the store, the report."""
+    db: str | None = None
+    """Store file (default: OUT_DIR/store.duckdb)."""
+    seed: int = 0
+    """One seed for data, model, warm start, rollouts and evaluation sampling."""
+    sft_steps: int = 600
+    """Warm-start steps (~4 min on 2 cores)."""
+    train_steps: int = 150
+    """RL steps of each of PRL and GRPO."""
+    prompts_per_step: int = 16
+    """Prompts per RL step (× n_samples rollouts)."""
+    n_samples: int = 5
+    """Rollouts per prompt (the group size)."""
+    lr: float = 2e-4
+    """RL learning rate (Adam)."""
+    eta: float = 20.0
+    """PRL's inverse KL strength, scaled to the task's ~30-token responses."""
+    step_split: str = "text:\n\n"
+    """PRL's step split: one step per paragraph, as the task's solutions are written."""
+    max_tokens: int = 96
+    """Max response tokens in training and evaluation."""
+    eval_n: int = 4
+    """Samples per problem in the evaluations."""
+    synth_limit: int | None = None
+    """Held-out synthetic problems evaluated (None: all 400)."""
+    bench_limit: int = 20
+    """Problems of each benchmark evaluated (a slice: the tiny model cannot solve them; they exercise the path)."""
+    benchmarks: tuple[str, ...] = BENCHMARKS
+    """Benchmarks in the evaluation slice."""
+    engine: str = "vllm"
+    """Generation engine for rollouts and evaluation."""
+
+    @property
+    def store(self) -> str:
+        return self.db or str(Path(self.out_dir) / "store.duckdb")
+
+    def eval_datasets(self) -> tuple[str, ...]:
+        synth = f"{SYNTHETIC}:{self.synth_limit}" if self.synth_limit else SYNTHETIC
+        return (synth, *(f"{b}:{self.bench_limit}" for b in self.benchmarks))
+
+
+def _log(msg: str) -> None:
+    try:
+        get_run_logger().info(msg)
+    except Exception:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def _exists_key(marker: str):
+    """A cache key over the task's inputs that also changes when ``OUT/marker`` is missing, so a
+    deleted output is rebuilt instead of being taken from the cache."""
+    def key(context, parameters) -> str:
+        cfg = parameters["cfg"]
+        path = Path(cfg.out_dir) / marker
+        state = path.read_bytes() if path.exists() else b"missing:" + str(time.time_ns()).encode()
+        inputs = json.dumps({k: v for k, v in asdict(cfg).items() if k in _RELEVANT[marker]}, sort_keys=True)
+        return hashlib.sha256(context.task.name.encode() + inputs.encode() + state).hexdigest()
+    return key
+
+
+_RELEVANT = {
+    "data/synth_test.jsonl": {"seed"},
+    "models/tiny/prl_model.json": {"seed"},
+    "models/tiny-sft/sft_report.json": {"seed", "sft_steps"},
+}
+
+
+@task(name="prepare-data", cache_key_fn=_exists_key("data/synth_test.jsonl"), persist_result=True, retries=1)
+def prepare_data(cfg: PipelineConfig) -> dict[str, str]:
+    """The synthetic task's splits as JSONL (the training loop draws the same problems from the seed)."""
+    from prl import task as synth
+
+    out = Path(cfg.out_dir) / "data"
+    test = synth.write_jsonl(synth.generate("test", synth.TEST_SIZE, seed=cfg.seed), out / "synth_test.jsonl")
+    train = synth.write_jsonl(synth.generate("train", 20000, seed=cfg.seed), out / "synth_train.jsonl")
+    _log(f"data: {train} and {test}")
+    return {"train": str(train), "test": str(test)}
+
+
+@task(name="build-model", cache_key_fn=_exists_key("models/tiny/prl_model.json"), persist_result=True, retries=1)
+def build_model(cfg: PipelineConfig) -> str:
+    from prl.tiny_model import build_tiny
+
+    path = build_tiny(Path(cfg.out_dir) / "models" / "tiny", seed=cfg.seed)
+    _log(f"tiny model built from seed {cfg.seed}: {path}")
+    return str(path)
+
+
+@task(name="warm-start", cache_key_fn=_exists_key("models/tiny-sft/sft_report.json"), persist_result=True)
+def warm_start(cfg: PipelineConfig, model: str) -> str:
+    from prl.sft import SFTConfig, run_sft
+
+    out = Path(cfg.out_dir) / "models" / "tiny-sft"
+    report = run_sft(model, out, SFTConfig(steps=cfg.sft_steps, seed=cfg.seed), log=_log)
+    _log(f"warm start: held-out accuracy greedy {report['accuracy_after_greedy']:.3f}, "
+         f"sampled {report['accuracy_after_sampled']:.3f}")
+    return str(out)
+
+
+def train_config(cfg: PipelineConfig, estimator: str, model: str):
+    """The RL run of one estimator; PRL and GRPO differ only in the algorithm section."""
+    from prl.train_config import RunConfig, TrainConfig
+    from prl_core.config import AlgorithmConfig
+
+    algo = (AlgorithmConfig(estimator="prl", eta=cfg.eta, step_split=cfg.step_split, n_samples=cfg.n_samples)
+            if estimator == "prl" else AlgorithmConfig(estimator=estimator, n_samples=cfg.n_samples))
+    rollouts = cfg.prompts_per_step * cfg.n_samples
+    t = TrainConfig(model=model, out_dir=str(Path(cfg.out_dir) / "train" / estimator), db=cfg.store,
+                    run_id=f"{Path(cfg.out_dir).name}-train-{estimator}", seed=cfg.seed, steps=cfg.train_steps,
+                    prompts_per_step=cfg.prompts_per_step, max_tokens=cfg.max_tokens, engine=cfg.engine, lr=cfg.lr,
+                    mini_batch_size=rollouts // 2, micro_batch_size=rollouts // 2,
+                    checkpoint_every=max(1, cfg.train_steps // 10), eval_every=0, eval_datasets=())
+    return RunConfig(algo, t)
+
+
+@task(name="train", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=5)
+def train_model(rc) -> dict[str, Any]:
+    """Train (or resume) one run in its own process, as DeepSpeed's launcher would: the process
+    group, the trainer's rollout engine and their memory live and die with it. Safe to retry:
+    the run resumes from its last checkpoint."""
+    import os
+    import subprocess
+
+    import yaml
+
+    out = Path(rc.train.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config = out.with_suffix(".yaml")
+    config.write_text(yaml.safe_dump(json.loads(json.dumps(rc.to_dict(), default=list)), sort_keys=False))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")}
+    _log(f"training {rc.train.run_id} ({rc.algorithm.estimator}, {rc.train.steps} steps) → {out}; config {config}")
+    proc = subprocess.run([sys.executable, "-m", "prl.train", "--config", str(config), "--resume"], env=env,
+                          stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"training {rc.train.run_id} failed (exit {proc.returncode}); rerun the pipeline to "
+                           f"resume it from {out / 'checkpoints'}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    _log(f"trained {rc.train.run_id}: {result['steps']} steps"
+         + (f" (resumed after step {result['resumed_from_step']})" if result.get("resumed_from_step") else ""))
+    return result
+
+
+def eval_config(cfg: PipelineConfig, name: str, model: str):
+    from prl.evaluate import EvalConfig
+
+    return EvalConfig(model=model, datasets=cfg.eval_datasets(), n=cfg.eval_n, db=cfg.store,
+                      run_id=f"{Path(cfg.out_dir).name}-eval-{name}", engine=cfg.engine, max_tokens=cfg.max_tokens,
+                      seed=cfg.seed, verifier_workers=1)
+
+
+@task(name="report", cache_policy=NO_CACHE)
+def report(cfg: PipelineConfig, runs: dict[str, str]) -> dict[str, Any]:
+    """Scores of the three models and the paired comparisons on the held-out synthetic set."""
+    from prl.report import compare_runs, render_comparison, render_scores, run_scores
+    from prl.store import Store
+
+    store = Store(cfg.store, create=False)
+    scores = {name: run_scores(store, run_id) for name, run_id in runs.items()}
+    prl_vs_base = compare_runs(store, runs["warm_start"], runs["prl"])
+    prl_vs_grpo = compare_runs(store, runs["grpo"], runs["prl"])
+    grpo_vs_base = compare_runs(store, runs["warm_start"], runs["grpo"])
+    synth = {c["run_b"] + " vs " + c["run_a"]: next((d for d in c["datasets"] if d["dataset"] == SYNTHETIC), None)
+             for c in (prl_vs_base, grpo_vs_base, prl_vs_grpo)}
+    text = "\n\n".join([*(render_scores(s) for s in scores.values()), render_comparison(prl_vs_base),
+                        render_comparison(prl_vs_grpo)])
+    result = {"runs": runs, "store": cfg.store, "synthetic_paired": synth, "text": text,
+              "scores": {k: {"aggregates": v["aggregates"], "datasets": v["datasets"]} for k, v in scores.items()}}
+    (Path(cfg.out_dir) / "pipeline_report.json").write_text(json.dumps(result, indent=2, default=float))
+    return result
+
+
+@flow(name="pipeline", log_prints=False)
+def pipeline(cfg: PipelineConfig = PipelineConfig(), progress: bool = True) -> dict[str, Any]:
+    """The main job; rerunning it after an interruption continues where it stopped."""
+    from flows.evaluate import evaluate
+
+    t0 = time.perf_counter()
+    Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    _log(f"pipeline → {cfg.out_dir} (store {cfg.store})")
+    prepare_data(cfg)
+    tiny = build_model(cfg)
+    warm = warm_start(cfg, tiny)
+    policies = {}
+    for estimator in ("prl", "grpo"):
+        rc = train_config(cfg, estimator, warm)
+        train_model.with_options(name=f"train-{estimator}")(rc)
+        policies[estimator] = str(Path(rc.train.out_dir) / "policy")
+    runs = {}
+    for name, model in (("warm_start", warm), ("grpo", policies["grpo"]), ("prl", policies["prl"])):
+        summary = evaluate(eval_config(cfg, name, model), progress=progress)
+        runs[name] = summary["run_id"]
+    result = report(cfg, runs)
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    return result
+
+
+def small(out_dir: str, **overrides: Any) -> PipelineConfig:
+    """A seconds-scale budget for tests: the same flow, tiny numbers."""
+    base = PipelineConfig(out_dir=out_dir, sft_steps=60, train_steps=3, prompts_per_step=4, n_samples=4,
+                          eval_n=2, synth_limit=12, bench_limit=2, max_tokens=48)
+    return replace(base, **overrides)
