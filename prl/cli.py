@@ -464,7 +464,7 @@ example:
     p.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sft-steps", type=int, default=600, help="warm-start steps (default 600, ~4 min)")
-    p.add_argument("--train-steps", type=int, default=150, help="RL steps of PRL and of GRPO (default 150)")
+    p.add_argument("--train-steps", type=int, default=100, help="RL steps of PRL and of GRPO (default 100)")
     p.add_argument("--eval-n", type=int, default=4, help="samples per problem in the evaluations (default 4)")
     p.add_argument("--synth-limit", type=int, default=None, help="held-out synthetic problems (default all 400)")
     p.add_argument("--bench-limit", type=int, default=20, help="problems of each benchmark (default 20)")

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from procs import kill_when
 
 from prl.evaluate import EvalConfig, EvalError
 from prl.store import Store
@@ -107,25 +106,8 @@ def test_sigkill_mid_run_then_resume_gives_exact_counts(tiny_model_dir, tmp_path
            "--n", str(n), "--limit", str(limit // 2), "--max-tokens", "48", "--chunk", str(chunk), "--db", str(db),
            "--run-id", "killme", "--no-progress"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    stored, deadline = 0, time.monotonic() + 300
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if db.exists():
-                try:
-                    stored = Store(db, create=False, lock_timeout_s=5).rows("count_samples")[0][0]
-                except Exception:
-                    stored = 0
-                if stored >= 2 * chunk * n:
-                    break
-            time.sleep(0.05)
-        assert proc.poll() is None, f"finished before it could be killed: {proc.stderr.read()[-2000:]}"
-        os.killpg(proc.pid, signal.SIGKILL)  # the CLI and its verifier workers
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    kill_when(cmd, lambda: Store(db, create=False, lock_timeout_s=5).rows("count_samples")[0][0] >= 2 * chunk * n,
+              cwd=ROOT, env=env, timeout_s=300)  # the CLI and its verifier workers
     store = Store(db, create=False)
     after_kill = store.rows("count_samples")[0][0]
     assert 0 < after_kill < limit * n and after_kill % n == 0  # whole problems (whole chunks) only

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import kill_when
 
 from prl.store import Store
 
@@ -50,23 +51,8 @@ def test_demo_killed_during_training_then_rerun_completes_without_duplicates(tmp
     out = tmp_path / "demo"
     db = str(out / "store.duckdb")
     cmd = [sys.executable, "-m", "prl.cli", "demo", "--small", "--out", str(out), "--engine", "hf", "--no-progress"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    deadline = time.monotonic() + 900
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if Path(db).exists() and len(_steps(db, "demo-train-prl")) >= 2:
-                    break
-            except Exception:
-                pass
-            time.sleep(0.2)
-        assert proc.poll() is None, f"ended before the kill: {proc.stderr.read()[-3000:]}"
-        os.killpg(proc.pid, signal.SIGKILL)  # the pipeline and its training subprocess
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    kill_when(cmd, lambda: len(_steps(db, "demo-train-prl")) >= 2, cwd=ROOT, env=_env(), timeout_s=900,
+              poll_s=0.2)  # the pipeline and its training subprocess
     killed_at = _steps(db, "demo-train-prl")
     assert killed_at[:2] == [1, 2]
 

@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from procs import kill_when
 
 from prl.store import Store
 from prl.train import pack, prompt_indices, response_logprobs
@@ -239,24 +238,7 @@ def test_sigkill_mid_run_then_resume(warm_model, tmp_path):
     db = str(tmp_path / "store.duckdb")
     env = _clean_env()
     cmd = [sys.executable, "-m", "prl.cli", "train", "--config", str(cfg), "--no-progress"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    deadline = time.monotonic() + 400
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if Path(db).exists():
-                try:
-                    if len(_metrics(db, "killed")) >= 3:
-                        break
-                except Exception:
-                    pass
-            time.sleep(0.1)
-        assert proc.poll() is None, f"finished or failed before the kill: {proc.stderr.read()[-3000:]}"
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    kill_when(cmd, lambda: len(_metrics(db, "killed")) >= 3, cwd=ROOT, env=env, timeout_s=400, poll_s=0.1)
     steps_before = sorted(_metrics(db, "killed"))
     assert steps_before[:3] == [1, 2, 3]
     again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

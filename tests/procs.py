@@ -1,0 +1,39 @@
+"""Test helper: start a command in its own process group and SIGKILL the whole group once a
+condition on the outside world (usually the store) holds — a real crash at a chosen point."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+
+def kill_when(cmd: list[str], ready: Callable[[], bool], *, cwd: Path, env: dict[str, str],
+              timeout_s: float = 600, poll_s: float = 0.05) -> None:
+    """Run ``cmd``; when ``ready()`` is true, SIGKILL its process group (the command and its children).
+
+    Fails if the command ends on its own first (it could not be killed mid-run) or ``timeout_s`` passes.
+    ``ready`` may raise while the command is starting (e.g. the store does not exist yet): that counts as False.
+    """
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if ready():
+                    break
+            except Exception:
+                pass
+            time.sleep(poll_s)
+        assert proc.poll() is None, f"ended before it could be killed: {proc.stderr.read()[-3000:]}"
+        assert time.monotonic() < deadline, "the kill point was never reached"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
