@@ -31,9 +31,19 @@ METRIC_NAMES_PPO = {"reward/mean", "reward/accuracy", "reward/all_equal_group_fr
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs" / "train").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_validate(path):
+    from prl.train import ds_config
+
     cfg = RunConfig.from_yaml(path)
     world = 4 if "paper" in path.name else 1
-    cfg.train.validate(cfg.algorithm, world)
+    cfg.train.validate(cfg.algorithm, world)  # raises ConfigError on any contradiction
+    ds = ds_config(cfg.train, world)
+    assert ds["train_batch_size"] == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * world
+    per_rank = cfg.train.prompts_per_step // world * cfg.algorithm.n_samples
+    assert per_rank % cfg.train.mini_batch_size == 0
+    assert (cfg.algorithm.step_split is not None) == (cfg.algorithm.estimator == "prl")
+    if "paper" in path.name:  # Table 6
+        assert (cfg.algorithm.n_samples, cfg.train.prompts_per_step, cfg.train.lr, cfg.train.max_tokens) == (5, 128, 1e-6, 3072)
+        assert cfg.algorithm.kl_loss_coef == 0 and 100 <= cfg.algorithm.eta <= 300 and cfg.algorithm.step_split == "fixed:256"
 
 
 def test_contradictions_are_refused_with_a_fix(tmp_path):
