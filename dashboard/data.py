@@ -74,9 +74,6 @@ def run_manifest(db: str, run_id: str) -> dict[str, Any]:
     return {"config": _json(rows[0][5]), "manifest": _json(rows[0][6])}
 
 
-def eval_run_ids(db: str) -> list[str]:
-    df = runs(db)
-    return df[(df["kind"] == "eval") & (df["samples"] > 0)]["run_id"].tolist()
 
 
 def paper_rows() -> pd.DataFrame:
@@ -200,9 +197,6 @@ def suspicious_passes(db: str, run_ids: list[str], limit: int = 200) -> pd.DataF
 
 # ─── training ──────────────────────────────────────────────────────────────────────────────
 
-def train_run_ids(db: str) -> list[str]:
-    df = runs(db)
-    return df[df["kind"] == "train"]["run_id"].tolist()
 
 
 def train_metrics(db: str, run_ids: list[str]) -> pd.DataFrame:

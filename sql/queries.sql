@@ -73,8 +73,6 @@ SELECT dataset, problem_id, sample_idx, relevance, answer_only, extracted_answer
 FROM suspicious_passes WHERE run_id = $run_id ORDER BY answer_only DESC, relevance, dataset, problem_id, sample_idx
 LIMIT $limit;
 
--- name: problem_sizes
-SELECT dataset, count(*) AS problems FROM problems GROUP BY dataset ORDER BY dataset;
 
 -- name: insert_prl_segment
 INSERT INTO prl_segments (run_id, step, rollout_idx, segment_idx, start_tok, end_tok, kl_to_go, rho)
@@ -101,8 +99,6 @@ SELECT DISTINCT step FROM train_metrics WHERE run_id = $run_id ORDER BY step;
 SELECT step, rollout_idx, segment_idx, start_tok, end_tok, kl_to_go, rho FROM prl_segments
 WHERE run_id = $run_id ORDER BY step, rollout_idx, segment_idx;
 
--- name: eval_runs_of
-SELECT run_id, train_step, status FROM runs WHERE parent_run_id = $run_id ORDER BY train_step;
 
 -- name: insert_train_rollout
 INSERT INTO train_rollouts (run_id, step, rollout_idx, problem, gold, response, reward, tokens)
