@@ -25,7 +25,7 @@ reasoning. Subcommands available in this version:
   sql              run one read-only SQL query on a store
   dashboard        browse, compare and inspect the store in a web app (Streamlit, localhost)
   verify           verify one response against a gold answer and print why (JSON)
-  demo             the main job today: task -> tiny model -> warm start -> samples -> accuracy
+  demo             the main job: warm start -> PRL + GRPO training -> evaluation -> report -> dashboard
 """
 
 
