@@ -253,7 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
         "check",
         help="validate a config file",
         description="Validate the 'algorithm:' section of a YAML config (types, ranges, cross-field rules) "
-        "and print it as JSON with every default resolved. Exit status 2 with a message saying how to fix it.",
+        "and print it as JSON with every default resolved. Exit status 2 with a message saying how to fix it. "
+        "Example: prl config check configs/algorithm/prl.yaml",
     )
     c.add_argument("file", help="YAML file, e.g. configs/algorithm/prl.yaml")
     c.set_defaults(func=_cmd_config_check)
@@ -266,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write DIR/synth_train.jsonl and DIR/synth_test.jsonl: multi-step arithmetic word problems "
         "(levels 1-4 = number of operations) with step-by-step solutions separated by blank lines and a "
         "\\boxed{} answer, in the schema of the bundled benchmarks. Deterministic in --seed; the splits "
-        "never share a problem.",
+        "never share a problem. Example: prl data synth --out data/synth",
     )
     d.add_argument("--out", required=True, help="output directory")
     d.add_argument("--train", type=int, default=20000, help="training problems (default 20000)")
@@ -281,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="build the tiny model from a seed",
         description="Train a byte-level BPE tokenizer on the synthetic task, add a chat template, and initialise a "
         "small Llama-architecture model (4 layers, hidden 128, head_dim 32) from --seed; save a standard Hugging "
-        "Face directory that transformers, vLLM and DeepSpeed load. Same seed -> byte-identical files.",
+        "Face directory that transformers, vLLM and DeepSpeed load. Same seed -> byte-identical files. "
+        "Example: prl model build-tiny --out models/tiny",
     )
     m.add_argument("--out", required=True, help="output directory")
     m.add_argument("--seed", type=int, default=0)
@@ -290,7 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
         "sft",
         help="warm-start a model on the synthetic task",
         description="Supervised fine-tuning on the synthetic task's solutions (loss on the response only), then "
-        "save to --out with sft_report.json holding the held-out accuracy before and after (greedy and sampled).",
+        "save to --out with sft_report.json holding the held-out accuracy before and after (greedy and sampled). "
+        "Example: prl model sft --model models/tiny --out models/tiny-sft",
     )
     m.add_argument("--model", required=True, help="model directory to start from (e.g. from build-tiny)")
     m.add_argument("--out", required=True, help="output directory for the fine-tuned model")
@@ -311,7 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="verify one response against a gold answer and say why",
         description="Run Math-Verify on one response and print JSON: the verdict (correct, wrong, no_answer, "
         "timeout, gold_unparsable, error), the extracted answer, the normalised gold and the time taken. "
-        "With --dataset the gold is normalised as that benchmark's loader does (e.g. minerva's boxed solution).",
+        "With --dataset the gold is normalised as that benchmark's loader does (e.g. minerva's boxed solution). "
+        "Example: prl verify --dataset minerva_math --gold 'so $\\boxed{4.5e33}$' --response '\\boxed{4.5\\times10^{33}}'",
     )
     p.add_argument("--gold", required=True, help="gold answer (raw)")
     p.add_argument("--response", required=True, help="model response text")
@@ -324,7 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run one read-only SQL query on a store",
         description="Run one SELECT (or WITH/DESCRIBE/SHOW) statement on a DuckDB store opened read-only, with "
         "external access (files, network, extensions) off and the configuration locked. Writes, ATTACH, COPY, "
-        "INSTALL/LOAD and SET are refused; queries longer than --timeout are cut off.",
+        "INSTALL/LOAD and SET are refused; queries longer than --timeout are cut off. Example: prl sql --db "
+        "runs/demo/store.duckdb \"select run_id, dataset, average_at_n from dataset_metrics\"",
     )
     p.add_argument("query", help='e.g. "select dataset, avg(score) from samples group by 1"')
     p.add_argument("--db", required=True, help="store file (.duckdb)")

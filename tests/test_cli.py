@@ -58,3 +58,24 @@ def test_report_flags_the_one_paper_row():
     r = run("report")
     assert r.returncode == 0
     assert "reproduces 27; flagged: Table 1 Qwen2.5-Math-1.5B RAFT (62.2945 vs 62.23)" in r.stdout
+
+
+def test_every_subcommand_help_explains_defaults_and_gives_an_example():
+    import argparse
+
+    from prl.cli import build_parser
+
+    def leaves(parser, path=()):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            yield path, parser
+            return
+        for name, sub in subs[0].choices.items():
+            yield from leaves(sub, (*path, name))
+
+    found = dict(leaves(build_parser()))
+    assert {("eval",), ("train",), ("report",), ("sql",), ("dashboard",), ("demo",), ("model", "sft")} <= set(found)
+    for path, parser in found.items():
+        text = parser.format_help()
+        assert "xample" in text, f"prl {' '.join(path)} --help has no example"
+        assert len(parser.description or "") > 60, f"prl {' '.join(path)} --help does not explain itself"
