@@ -5,8 +5,8 @@
     a slice of each benchmark → report (micro/macro tables, PRL vs warm start and PRL vs GRPO)
 
 Every step is idempotent, so a pipeline killed at any point and rerun picks up where it
-stopped: data, model and warm start are Prefect tasks cached on their inputs *and* on their
-output still existing (``cache_key_fn`` below); training resumes from its last DeepSpeed
+stopped: data, model and warm start are Prefect tasks cached on their inputs, and recomputed
+(cache refreshed) when their output no longer exists (``_cached`` below); training resumes from its last DeepSpeed
 checkpoint; evaluations resume from the store (the run id and the weights' fingerprint say
 which samples are already there). Nothing is written twice.
 """
@@ -80,26 +80,26 @@ def _log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-def _exists_key(marker: str):
-    """A cache key over the task's inputs that also changes when ``OUT/marker`` is missing, so a
-    deleted output is rebuilt instead of being taken from the cache."""
+def _inputs_key(*fields: str):
+    """Cache key over the task's name, the output directory and the config fields it depends on."""
     def key(context, parameters) -> str:
         cfg = parameters["cfg"]
-        path = Path(cfg.out_dir) / marker
-        state = path.read_bytes() if path.exists() else b"missing:" + str(time.time_ns()).encode()
-        inputs = json.dumps({k: v for k, v in asdict(cfg).items() if k in _RELEVANT[marker]}, sort_keys=True)
-        return hashlib.sha256(context.task.name.encode() + inputs.encode() + state).hexdigest()
+        inputs = json.dumps({"out_dir": str(Path(cfg.out_dir).resolve()),
+                             **{f: getattr(cfg, f) for f in fields}}, sort_keys=True)
+        return hashlib.sha256(f"{context.task.name}:{inputs}".encode()).hexdigest()
     return key
 
 
-_RELEVANT = {
-    "data/synth_test.jsonl": {"seed"},
-    "models/tiny/prl_model.json": {"seed"},
-    "models/tiny-sft/sft_report.json": {"seed", "sft_steps"},
-}
+def _cached(step, marker: str, cfg: PipelineConfig, *args):
+    """Run a cached task; if its output (``OUT/marker``) no longer exists, recompute and refresh the cache
+    entry instead of returning a result whose files are gone."""
+    missing = not (Path(cfg.out_dir) / marker).exists()
+    if missing:
+        _log(f"{step.name}: {marker} is missing, (re)building it")
+    return step.with_options(refresh_cache=missing)(cfg, *args)
 
 
-@task(name="prepare-data", cache_key_fn=_exists_key("data/synth_test.jsonl"), persist_result=True, retries=1)
+@task(name="prepare-data", cache_key_fn=_inputs_key("seed"), persist_result=True, retries=1)
 def prepare_data(cfg: PipelineConfig) -> dict[str, str]:
     """The synthetic task's splits as JSONL (the training loop draws the same problems from the seed)."""
     from prl import task as synth
@@ -111,7 +111,7 @@ def prepare_data(cfg: PipelineConfig) -> dict[str, str]:
     return {"train": str(train), "test": str(test)}
 
 
-@task(name="build-model", cache_key_fn=_exists_key("models/tiny/prl_model.json"), persist_result=True, retries=1)
+@task(name="build-model", cache_key_fn=_inputs_key("seed"), persist_result=True, retries=1)
 def build_model(cfg: PipelineConfig) -> str:
     from prl.tiny_model import build_tiny
 
@@ -120,7 +120,7 @@ def build_model(cfg: PipelineConfig) -> str:
     return str(path)
 
 
-@task(name="warm-start", cache_key_fn=_exists_key("models/tiny-sft/sft_report.json"), persist_result=True)
+@task(name="warm-start", cache_key_fn=_inputs_key("seed", "sft_steps"), persist_result=True)
 def warm_start(cfg: PipelineConfig, model: str) -> str:
     from prl.sft import SFTConfig, run_sft
 
@@ -212,9 +212,9 @@ def pipeline(cfg: PipelineConfig = PipelineConfig(), progress: bool = True) -> d
     t0 = time.perf_counter()
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
     _log(f"pipeline → {cfg.out_dir} (store {cfg.store})")
-    prepare_data(cfg)
-    tiny = build_model(cfg)
-    warm = warm_start(cfg, tiny)
+    _cached(prepare_data, "data/synth_test.jsonl", cfg)
+    tiny = _cached(build_model, "models/tiny/prl_model.json", cfg)
+    warm = _cached(warm_start, "models/tiny-sft/sft_report.json", cfg, tiny)
     policies = {}
     for estimator in ("prl", "grpo"):
         rc = train_config(cfg, estimator, warm)

@@ -55,10 +55,13 @@ def test_demo_killed_during_training_then_rerun_completes_without_duplicates(tmp
               poll_s=0.2)  # the pipeline and its training subprocess
     killed_at = _steps(db, "demo-train-prl")
     assert killed_at[:2] == [1, 2]
+    warm = out / "models" / "tiny-sft" / "model.safetensors"
+    warm_mtime = warm.stat().st_mtime_ns
 
     done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
     assert f"prl dashboard --db {db}" in done.stdout and "paired comparison" in done.stdout
+    assert warm.stat().st_mtime_ns == warm_mtime  # the warm start came from Prefect's cache, not retrained
     store = Store(db, create=False)
     assert _steps(db, "demo-train-prl") == [1, 2, 3] and _steps(db, "demo-train-grpo") == [1, 2, 3]
     for name in ("warm_start", "grpo", "prl"):
