@@ -1,1 +1,3 @@
-"""Streamlit + Plotly dashboard over the DuckDB store (issue 6). Nothing is defined here yet."""
+"""Streamlit + Plotly dashboard over the DuckDB store (``prl dashboard``): ``app.py`` navigates
+``pages/``; ``data.py`` reads the store through named queries; ``charts.py`` turns DataFrames into
+figures; ``ui.py`` holds the shared page helpers."""

@@ -1,6 +1,11 @@
-"""Prefect flows and tasks of the pipeline (data prep, training, generation, verification,
-store writes, reports). Deployments are declared in ../prefect.yaml.
+"""Prefect flows of the pipeline; deployments are declared in ../prefect.yaml.
 
-Nothing is defined here yet: the flows arrive with the evaluation, training and orchestration
-work (issues 4, 5 and 7). The algorithm they call lives in ``prl_core``.
+- ``evaluate.evaluate``: benchmarks → generation → Math-Verify → store (resumable).
+- ``train.train``: PRL / GRPO / Dr.GRPO / RAFT on DeepSpeed (resumable from checkpoints).
+- ``pipeline.pipeline``: the main job (``prl demo``): data, tiny model, warm start, PRL and its
+  GRPO twin, evaluation of all three, report.
+- ``report.report_flow``: ``prl report`` as a deployment.
+
+The logic lives in ``prl`` (and the algorithm in ``prl_core``); these modules only run its steps
+as tasks.
 """
