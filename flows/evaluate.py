@@ -14,22 +14,17 @@ Run it with ``prl eval …`` or from Python: ``evaluate(EvalConfig(model=…, da
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
+
+from flows.logs import log as _log
 
 from prl import evaluate as ev
 from prl.store import Store
 
 
-def _log(msg: str) -> None:
-    """To the flow run's log (shown on the console and in the Prefect UI); plain stderr outside a run."""
-    try:
-        get_run_logger().info(msg)
-    except Exception:  # outside a run context
-        print(msg, file=sys.stderr, flush=True)
 
 
 @task(name="load-problems", cache_policy=NO_CACHE)

@@ -17,12 +17,14 @@ import hashlib
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
+
+from flows.logs import log as _log
 
 from prl.datasets import BENCHMARKS, SYNTHETIC
 
@@ -73,11 +75,6 @@ class PipelineConfig:
         return (synth, *(f"{b}:{self.bench_limit}" for b in self.benchmarks))
 
 
-def _log(msg: str) -> None:
-    try:
-        get_run_logger().info(msg)
-    except Exception:
-        print(msg, file=sys.stderr, flush=True)
 
 
 def _inputs_key(*fields: str):

@@ -10,22 +10,17 @@ Single process. Several processes: ``deepspeed --num_gpus N --module prl.train -
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
+
+from flows.logs import log as _log
 
 from prl.train import Trainer
 from prl.train_config import RunConfig
 
 
-def _log(msg: str) -> None:
-    """To the flow run's log (shown on the console and in the Prefect UI); plain stderr outside a run."""
-    try:
-        get_run_logger().info(msg)
-    except Exception:  # outside a run context
-        print(msg, file=sys.stderr, flush=True)
 
 
 _TASKS: dict[str, Any] = {}

@@ -11,7 +11,6 @@ checkpoints, evaluations resumed from the store).
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 

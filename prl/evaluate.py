@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .datasets import DATASETS, DatasetError, Problem, load_dataset
-from .engines.base import ENGINE_KINDS, Engine, EngineError, SamplingConfig, check_model_dir
+from .engines.base import ENGINE_KINDS, Engine, SamplingConfig, check_model_dir
 from .relevance import answer_only, relevance
 from .store import Store
 

@@ -14,8 +14,7 @@ Data comes from the store through named queries; the arithmetic is ``prl_core.me
 from __future__ import annotations
 
 import json
-import math
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 

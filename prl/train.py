@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import shutil
@@ -45,7 +44,7 @@ from typing import Any, Callable
 
 import torch
 
-from prl_core.config import AlgorithmConfig, ConfigError
+from prl_core.config import ConfigError
 from prl_core.estimators import compute_advantages, get_estimator
 from prl_core.losses import kl_penalty, masked_mean, ppo_clip_loss, sft_loss, token_entropy
 from prl_core.steps import parse_split, step_boundaries

@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import streamlit as st  # noqa: E402
 
-from dashboard import charts, ui  # noqa: E402
+from dashboard import ui  # noqa: E402
 
 
 st.title("Runs")
