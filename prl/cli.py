@@ -219,15 +219,18 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         db=args.db, run_id=args.run_id, engine=args.engine, limit=args.limit, max_tokens=args.max_tokens,
         temperature=args.temperature, top_p=args.top_p, seed=args.seed, chunk_problems=args.chunk,
         verifier_workers=args.verifier_workers, strict=not args.lenient, max_model_len=args.max_model_len,
+        task_runner=args.task_runner, shard_problems=args.shard_problems, shard_dir=args.shard_dir,
+        ray_address=args.ray_address, ray_cpus=args.ray_cpus,
     )
     from .evaluate import preflight
 
     preflight(cfg)  # input errors as one line, before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from flows.evaluate import evaluate
+    from flows.evaluate import evaluate_flow
 
+    flow = evaluate_flow(cfg)  # refuses --task-runner ray without prefect-ray, before anything starts
     with contextlib.redirect_stdout(sys.stderr):  # libraries print progress to stdout; it carries the result
-        summary = evaluate(cfg, progress=not args.no_progress)
+        summary = flow(cfg, progress=not args.no_progress)
     print(json.dumps(summary, indent=2))
     print(f"next: prl report --db {cfg.db} --runs {summary['run_id']}", file=sys.stderr)
     return 0
@@ -355,9 +358,17 @@ Resuming an existing --run-id with other sampling settings is refused.
 Data sets: math500, minerva_math, olympiad_bench, aime24, amc23 (bundled), synth_test (the
 synthetic task's held-out split), or paths to .jsonl/.parquet files with problem and answer.
 
-example:
+Beyond one process: --task-runner ray cuts the problems into shards of --shard-problems that
+run on Ray workers (prefect-ray; a local Ray runtime of --ray-cpus CPUs unless --ray-address
+names a cluster). Each shard starts its own engine and writes one Parquet file under
+--shard-dir; this process stores each file as it arrives. On a cluster, --shard-dir must be a
+directory every node sees and PREFECT_API_URL a Prefect server every node reaches.
+
+examples:
   prl eval --model runs/demo/models/tiny-sft --datasets math500,amc23,synth_test --n 8 \\
            --limit 20 --max-tokens 256 --db runs/store.duckdb
+  prl eval --model runs/demo/models/tiny-sft --datasets math500 --n 8 --max-tokens 256 \\
+           --task-runner ray --ray-cpus 2 --shard-problems 50 --db runs/store.duckdb
   prl report --db runs/store.duckdb
 """)
     p.add_argument("--model", required=True, help="model directory (Hugging Face layout)")
@@ -375,6 +386,12 @@ example:
     p.add_argument("--verifier-workers", type=int, default=2, help="Math-Verify worker processes (default 2)")
     p.add_argument("--max-model-len", type=int, default=None, help="engine context length (default: the model's)")
     p.add_argument("--lenient", action="store_true", help="skip bad rows of user data files (counted) instead of failing")
+    p.add_argument("--task-runner", choices=("local", "ray"), default="local",
+                   help="local: chunks in this process (default); ray: shards on Ray workers (needs the ray extra)")
+    p.add_argument("--shard-problems", type=int, default=64, help="problems per shard with --task-runner ray (default 64)")
+    p.add_argument("--shard-dir", default=None, help="shard files' directory (default: <store dir>/shards)")
+    p.add_argument("--ray-address", default=None, help="Ray cluster to join, e.g. auto (default: start a local runtime)")
+    p.add_argument("--ray-cpus", type=int, default=None, help="CPUs of the local Ray runtime (default: all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_eval)
 

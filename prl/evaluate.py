@@ -30,6 +30,7 @@ from .relevance import answer_only, relevance
 from .store import Store
 
 DEFAULT_DB = "runs/store.duckdb"
+TASK_RUNNERS = ("local", "ray")
 
 
 class EvalError(ValueError):
@@ -80,6 +81,18 @@ class EvalConfig:
     """The training step of the evaluated weights."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra engine options (e.g. {'in_process': True} for vLLM)."""
+    task_runner: str = "local"
+    """'local': chunks in this process (default). 'ray': shards fanned out to Ray workers (prefect-ray)."""
+    shard_problems: int = 64
+    """Problems per shard with the ray runner (one engine start and one Parquet file per shard)."""
+    shard_dir: str | None = None
+    """Directory for shard files (default: <store dir>/shards); must be shared by all workers of a cluster."""
+    ray_address: str | None = None
+    """Ray cluster to join ('auto', 'ray://host:10001'); default: start a local Ray runtime."""
+    ray_cpus: int | None = None
+    """CPUs of the local Ray runtime (default: all of this machine's)."""
+    shard_cpus: float = 1.0
+    """CPUs Ray reserves for each shard task (so at most ray_cpus / shard_cpus shards run at once)."""
 
     def __post_init__(self) -> None:
         def fail(name: str, msg: str) -> None:
@@ -94,7 +107,7 @@ class EvalConfig:
                      "(optionally NAME:K for its first K problems)")
         if len({split_spec(d)[0] for d in self.datasets}) != len(self.datasets):
             fail("datasets", "a data set is listed twice")
-        for name in ("n", "chunk_problems", "verifier_workers", "max_tokens", "verify_timeout_s"):
+        for name in ("n", "chunk_problems", "verifier_workers", "max_tokens", "verify_timeout_s", "shard_problems"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 fail(name, f"expected an integer >= 1, got {v!r}")
@@ -108,6 +121,20 @@ class EvalConfig:
             fail("top_p", f"must be in (0, 1], got {self.top_p}")
         if self.temperature == 0 and self.n > 1:
             fail("n", "greedy decoding (temperature 0) gives n identical samples; use n=1 or temperature > 0")
+        if self.task_runner not in TASK_RUNNERS:
+            fail("task_runner", f"expected one of {', '.join(TASK_RUNNERS)}, got {self.task_runner!r}")
+        if self.task_runner == "local":
+            for name in ("ray_address", "ray_cpus", "shard_dir"):
+                if getattr(self, name) is not None:
+                    fail(name, "only used with task_runner 'ray' (--task-runner ray)")
+        if self.ray_cpus is not None and (isinstance(self.ray_cpus, bool) or not isinstance(self.ray_cpus, int)
+                                          or self.ray_cpus < 1):
+            fail("ray_cpus", f"expected an integer >= 1, got {self.ray_cpus!r}")
+        if self.ray_address is not None and self.ray_cpus is not None:
+            fail("ray_cpus", "sets the size of a local Ray runtime; a cluster given by ray_address has its own")
+        if not (isinstance(self.shard_cpus, (int, float)) and not isinstance(self.shard_cpus, bool)
+                and self.shard_cpus > 0):
+            fail("shard_cpus", f"expected a number > 0, got {self.shard_cpus!r}")
         if (self.parent_run_id is None) != (self.train_step is None):
             fail("train_step", "give parent_run_id and train_step together (an evaluation of a training checkpoint)")
 
@@ -375,6 +402,27 @@ class Steps:
     generate_chunk: Callable = generate_chunk
     verify_chunk: Callable = verify_chunk
     store_chunk: Callable = store_chunk
+    run_shards: Callable = None  # type: ignore[assignment]  # (cfg, run_id, shards, directory) → (shard, result|error) pairs
+    ingest_shard: Callable = None  # type: ignore[assignment]  # (db, run_id, path) → rows added
+
+    def __post_init__(self) -> None:
+        from . import shards
+
+        if self.run_shards is None:
+            object.__setattr__(self, "run_shards", run_shards_here)
+        if self.ingest_shard is None:
+            object.__setattr__(self, "ingest_shard", shards.ingest_shard)
+
+
+def run_shards_here(cfg: EvalConfig, run_id: str, shards, directory: Path):
+    """Run shards one after another in this process; yields (shard, result or the exception)."""
+    from .shards import run_shard
+
+    for shard in shards:
+        try:
+            yield shard, run_shard(cfg, run_id, shard.problems, directory / f"{shard.name}.parquet")
+        except Exception as e:  # reported by the caller after the other shards are stored
+            yield shard, e
 
 
 def run_evaluation(cfg: EvalConfig, *, progress: bool = True, engine: Engine | None = None,
@@ -389,6 +437,8 @@ def run_evaluation(cfg: EvalConfig, *, progress: bool = True, engine: Engine | N
     info = steps.register_run(cfg, problems)
     run_id = info["run_id"]
     store = Store(cfg.db, create=False)
+    if cfg.task_runner != "local":
+        _ingest_leftover_shards(cfg, run_id, steps, log)
     pending = pending_problems(store, run_id, problems, cfg.n)
     done = len(problems) - len(pending)
     log(f"run {run_id} ({'resumed' if info['resumed'] else 'new'}), store {cfg.db}: {len(problems)} problems "
@@ -397,7 +447,9 @@ def run_evaluation(cfg: EvalConfig, *, progress: bool = True, engine: Engine | N
                                "generated_problems": len(pending), "samples_added": 0}
     engine_info = template = None
     try:
-        if pending:
+        if pending and cfg.task_runner != "local":
+            engine_info, template = _generate_sharded(cfg, run_id, pending, progress, summary, steps, log)
+        elif pending:
             engine_info, template = _generate_all(cfg, run_id, pending, progress, summary, engine, steps, log)
     except BaseException:
         mark_failed(store, run_id)
@@ -453,4 +505,54 @@ def _generate_all(cfg: EvalConfig, run_id: str, pending, progress: bool, summary
         if own:
             engine.close()
     summary["seconds"] = {"generate": round(gen_s, 2), "verify": round(ver_s, 2), "store": round(store_s, 2)}
+    return engine_info, template
+
+
+def _ingest_leftover_shards(cfg: EvalConfig, run_id: str, steps: Steps, log: Callable[[str], None]) -> None:
+    """Store shard files an earlier attempt wrote but did not ingest (idempotent)."""
+    from .shards import leftover_shards, shard_dir
+
+    files = leftover_shards(shard_dir(cfg.db, run_id, cfg.shard_dir))
+    added = sum(steps.ingest_shard(cfg.db, run_id, str(f)) for f in files)
+    if files:
+        log(f"run {run_id}: {len(files)} shard file(s) from earlier attempts read, {added} samples added from them")
+
+
+def _generate_sharded(cfg: EvalConfig, run_id: str, pending, progress: bool, summary: dict[str, Any],
+                      steps: Steps, log: Callable[[str], None]):
+    """Shards fanned out by ``steps.run_shards``; each finished shard's file is ingested as it arrives."""
+    from tqdm.auto import tqdm
+
+    from .shards import plan_shards, shard_dir
+
+    directory = shard_dir(cfg.db, run_id, cfg.shard_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    shards = plan_shards(pending, cfg.shard_problems)
+    log(f"run {run_id}: {len(shards)} shard(s) of <= {cfg.shard_problems} problems on the {cfg.task_runner} "
+        f"task runner, shard files in {directory}")
+    engine_info = template = None
+    failed: list[tuple[Any, BaseException]] = []
+    seconds = {"engine_start": 0.0, "generate": 0.0, "verify": 0.0, "store": 0.0}
+    with tqdm(total=len(pending) * cfg.n, unit="sample", desc=f"eval {run_id}", disable=not progress,
+              file=sys.stderr, dynamic_ncols=True) as bar:
+        for shard, result in steps.run_shards(cfg, run_id, shards, directory):
+            if isinstance(result, BaseException):
+                failed.append((shard, result))
+                log(f"shard {shard.name} failed: {type(result).__name__}: {result}")
+                continue
+            t = time.perf_counter()
+            summary["samples_added"] += steps.ingest_shard(cfg.db, run_id, result["path"])
+            seconds["store"] += time.perf_counter() - t
+            for k, v in result["seconds"].items():
+                seconds[k] = seconds.get(k, 0.0) + v
+            engine_info, template = engine_info or result["engine"], template or result["template"]
+            bar.update(result["rows"])
+            bar.set_postfix(correct=f"{result['correct']}/{result['rows']}", shards=f"{bar.n // cfg.n}")
+    summary["shards"] = {"planned": len(shards), "failed": len(failed), "dir": str(directory)}
+    summary["seconds"] = {k: round(v, 2) for k, v in seconds.items()}  # summed over shards (they overlap)
+    if failed:
+        shard, err = failed[0]
+        raise EvalError(f"{len(failed)} of {len(shards)} shard(s) failed (first: {shard.name}: "
+                        f"{type(err).__name__}: {err}); the other shards are stored — rerun the same command "
+                        "to generate only what is missing") from err
     return engine_info, template

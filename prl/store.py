@@ -34,6 +34,23 @@ SAMPLE_COLUMNS = ("run_id", "dataset", "problem_id", "sample_idx", "response", "
                   "score", "n_tokens", "finish_reason", "verify_ms", "relevance", "answer_only")
 
 
+def sample_schema():
+    """The Arrow schema of sample rows (bulk inserts and Parquet shards)."""
+    import pyarrow as pa
+
+    types = {"sample_idx": pa.int32(), "score": pa.float64(), "n_tokens": pa.int32(), "verify_ms": pa.float64(),
+             "relevance": pa.float64(), "answer_only": pa.bool_()}
+    return pa.schema([(c, types.get(c, pa.string())) for c in SAMPLE_COLUMNS])
+
+
+def samples_table(rows: list[dict[str, Any]]):
+    """Sample rows (dicts keyed by :data:`SAMPLE_COLUMNS`; ``relevance``/``answer_only`` optional) → Arrow table."""
+    import pyarrow as pa
+
+    schema = sample_schema()
+    return pa.table({f.name: pa.array([r.get(f.name) for r in rows], f.type) for f in schema}, schema=schema)
+
+
 class StoreError(RuntimeError):
     """The store cannot be used as asked; the message says why and what to do."""
 
@@ -181,23 +198,10 @@ class Store:
         Rows are dicts keyed by :data:`SAMPLE_COLUMNS` (``relevance``/``answer_only`` may be
         missing). They go in as one Arrow table, so a million rows take seconds.
         """
-        import pyarrow as pa
-
         rows = list(rows)
         if not rows:
             return 0
-        cols = {c: [r.get(c) for r in rows] for c in SAMPLE_COLUMNS}
-        table = pa.table({
-            **{c: pa.array(cols[c], pa.string()) for c in ("run_id", "dataset", "problem_id", "response",
-                                                        "extracted_answer", "verdict", "finish_reason")},
-            "sample_idx": pa.array(cols["sample_idx"], pa.int32()),
-            "score": pa.array(cols["score"], pa.float64()),
-            "n_tokens": pa.array(cols["n_tokens"], pa.int32()),
-            "verify_ms": pa.array(cols["verify_ms"], pa.float64()),
-            "relevance": pa.array(cols["relevance"], pa.float64()),
-            "answer_only": pa.array(cols["answer_only"], pa.bool_()),
-        }).select(list(SAMPLE_COLUMNS))
-        return self.insert_sample_table(table)
+        return self.insert_sample_table(samples_table(rows))
 
     def insert_sample_table(self, table) -> int:
         """Insert an Arrow table with :data:`SAMPLE_COLUMNS` (idempotent, one transaction)."""
