@@ -65,6 +65,8 @@ class PipelineConfig:
     """Benchmarks in the evaluation slice."""
     engine: str = "vllm"
     """Generation engine for rollouts and evaluation."""
+    eval_task_runner: str = "local"
+    """Task runner of the evaluations: 'local' (in this process) or 'ray' (shards on a local Ray runtime)."""
 
     @property
     def store(self) -> str:
@@ -177,7 +179,7 @@ def eval_config(cfg: PipelineConfig, name: str, model: str):
 
     return EvalConfig(model=model, datasets=cfg.eval_datasets(), n=cfg.eval_n, db=cfg.store,
                       run_id=f"{Path(cfg.out_dir).name}-eval-{name}", engine=cfg.engine, max_tokens=cfg.max_tokens,
-                      seed=cfg.seed, verifier_workers=1)
+                      seed=cfg.seed, verifier_workers=1, task_runner=cfg.eval_task_runner)
 
 
 @task(name="report", cache_policy=NO_CACHE)
@@ -204,7 +206,7 @@ def report(cfg: PipelineConfig, runs: dict[str, str]) -> dict[str, Any]:
 @flow(name="pipeline", log_prints=False)
 def pipeline(cfg: PipelineConfig = PipelineConfig(), progress: bool = True) -> dict[str, Any]:
     """The main job; rerunning it after an interruption continues where it stopped."""
-    from flows.evaluate import evaluate
+    from flows.evaluate import evaluate_flow
 
     t0 = time.perf_counter()
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
@@ -219,7 +221,8 @@ def pipeline(cfg: PipelineConfig = PipelineConfig(), progress: bool = True) -> d
         policies[estimator] = str(Path(rc.train.out_dir) / "policy")
     runs = {}
     for name, model in (("warm_start", warm), ("grpo", policies["grpo"]), ("prl", policies["prl"])):
-        summary = evaluate(eval_config(cfg, name, model), progress=progress)
+        ec = eval_config(cfg, name, model)
+        summary = evaluate_flow(ec)(ec, progress=progress)
         runs[name] = summary["run_id"]
     result = report(cfg, runs)
     result["seconds"] = round(time.perf_counter() - t0, 1)

@@ -491,6 +491,8 @@ example:
     p.add_argument("--synth-limit", type=int, default=None, help="held-out synthetic problems (default all 400)")
     p.add_argument("--bench-limit", type=int, default=20, help="problems of each benchmark (default 20)")
     p.add_argument("--engine", choices=("vllm", "hf"), default="vllm")
+    p.add_argument("--task-runner", choices=("local", "ray"), default="local",
+                   help="where the evaluations run: local (default) or ray (shards on a local Ray runtime)")
     p.add_argument("--small", action="store_true",
                    help="a smoke-test budget (minutes): 60 warm-start steps, 3 RL steps, 12 synthetic + 2 per benchmark")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

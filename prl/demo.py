@@ -21,11 +21,11 @@ def main_args(args) -> int:
     from flows.pipeline import PipelineConfig, pipeline, small
 
     if args.small:
-        cfg = small(args.out, seed=args.seed, engine=args.engine)
+        cfg = small(args.out, seed=args.seed, engine=args.engine, eval_task_runner=args.task_runner)
     else:
         cfg = PipelineConfig(out_dir=args.out, seed=args.seed, sft_steps=args.sft_steps, train_steps=args.train_steps,
                              eval_n=args.eval_n, synth_limit=args.synth_limit, bench_limit=args.bench_limit,
-                             engine=args.engine)
+                             engine=args.engine, eval_task_runner=args.task_runner)
     with contextlib.redirect_stdout(sys.stderr):  # library chatter to stderr; the summary below to stdout
         result = pipeline(cfg, progress=not args.no_progress)
     run_summary(result)

