@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import contextlib
 import json
 import math
@@ -532,7 +533,12 @@ def _is_user_error(e: Exception) -> bool:
     from .report import ReportError
     from .store import StoreError
 
-    return isinstance(e, (ConfigError, DatasetError, EngineError, EvalError, PromptError, ReportError, StoreError))
+    from .train import CheckpointError
+
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True  # a full disk or quota: "error: [Errno 28] No space left on device: 'PATH'"
+    return isinstance(e, (ConfigError, DatasetError, EngineError, EvalError, PromptError, ReportError, StoreError,
+                          CheckpointError))
 
 
 if __name__ == "__main__":

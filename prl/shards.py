@@ -75,6 +75,10 @@ def write_shard(rows: list[dict[str, Any]], path: str | Path) -> Path:
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as e:  # full disk, quota, permissions: no partial file is left behind
+        tmp.unlink(missing_ok=True)
+        raise ShardError(f"{path}: could not write the shard ({e.strerror or e}); nothing of it was stored — "
+                         "free space and rerun the same command to regenerate its problems") from e
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

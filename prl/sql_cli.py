@@ -16,6 +16,8 @@ from pathlib import Path
 
 _FORBIDDEN = re.compile(r"^\s*(ATTACH|DETACH|COPY|INSTALL|LOAD|EXPORT|IMPORT|SET|RESET|PRAGMA|CALL|CHECKPOINT)\b",
                         re.IGNORECASE)
+# Comments, whitespace and opening parentheses before the first keyword (so "/* */ ATTACH …" is seen).
+_LEADING = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/|\()*", re.DOTALL)
 
 
 class QueryRefused(ValueError):
@@ -40,8 +42,9 @@ def run_query(db: str | Path, sql: str, *, timeout_s: float = 10.0, max_rows: in
     statements = [s for s in sql.split(";") if s.strip()]
     if len(statements) != 1:
         raise QueryRefused("sql: give exactly one statement")
-    if _FORBIDDEN.match(statements[0]):
-        raise QueryRefused(f"sql: {statements[0].split()[0].upper()} is not allowed here (read-only queries only)")
+    head = statements[0][_LEADING.match(statements[0]).end():]
+    if _FORBIDDEN.match(head):
+        raise QueryRefused(f"sql: {head.split()[0].upper()} is not allowed here (read-only queries only)")
     con = connect_read_only(db)
     timer = threading.Timer(timeout_s, con.interrupt)
     timer.start()

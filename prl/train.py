@@ -51,6 +51,10 @@ from prl_core.steps import parse_split, step_boundaries
 
 from .train_config import RunConfig, TrainConfig
 
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written; the message names it and how to continue."""
+
 CHECKPOINT_DIR = "checkpoints"
 SYNC_DIR = "policy"  # the latest policy weights, as the rollout engine and evaluations load them
 
@@ -513,7 +517,17 @@ class Trainer:
         tag = f"step_{self.step_no:06d}"
         state = {"step": self.step_no, "pending": self._pending, "torch_rng": torch.get_rng_state(),
                  "python_rng": random.getstate()}
-        self.engine.save_checkpoint(str(self.out / CHECKPOINT_DIR), tag=tag, client_state=state)
+        try:
+            self.engine.save_checkpoint(str(self.out / CHECKPOINT_DIR), tag=tag, client_state=state)
+        except Exception as e:  # full disk, quota, permissions: the previous checkpoint stays the latest
+            shutil.rmtree(self.out / CHECKPOINT_DIR / tag, ignore_errors=True)
+            prev = (self.out / CHECKPOINT_DIR / "latest")
+            prev_tag = prev.read_text().strip() if prev.is_file() else None
+            raise CheckpointError(
+                f"{self.out / CHECKPOINT_DIR / tag}: could not write the checkpoint of step {self.step_no} "
+                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else e!r}); "
+                + (f"the previous checkpoint {prev_tag} is intact" if prev_tag else "no earlier checkpoint exists")
+                + " — free space and rerun with --resume") from e
         self._pending = []
         if self.rank == 0:
             tags = sorted(p for p in (self.out / CHECKPOINT_DIR).glob("step_*") if p.is_dir())
@@ -522,15 +536,35 @@ class Trainer:
         torch.distributed.barrier()
 
     def resume(self) -> bool:
-        """Load the latest checkpoint (model, optimizer, scheduler, RNG, step). False if there is none."""
+        """Load the latest checkpoint (model, optimizer, scheduler, RNG, step). False if there is none.
+
+        Tries the tag ``latest`` names, then older ones: a checkpoint that cannot be read (a file
+        truncated by a crash or a full disk) is skipped with a warning naming it, and the run
+        resumes from the newest one that loads; the steps after it are redone.
+        """
         ckpt = self.out / CHECKPOINT_DIR
-        if not (ckpt / "latest").exists():  # killed before its first checkpoint: start over, dropping its rows
+        tags = sorted((p.name for p in ckpt.glob("step_*") if p.is_dir()), reverse=True)  # newest first
+        latest = (ckpt / "latest").read_text().strip() if (ckpt / "latest").is_file() else ""
+        if not tags:  # killed before its first checkpoint: start over, dropping its rows
             self._drop_rows_after(0)
             return False
-        path, state = self.engine.load_checkpoint(str(ckpt))
-        if path is None:
-            raise ConfigError(f"{ckpt}: the latest checkpoint could not be loaded; remove {ckpt / 'latest'} "
-                              "to start from the one before, or start a new out_dir")
+        # `latest` is written after a save completes: tags newer than it may be partial, but are
+        # tried when `latest` itself is missing or damaged (a crash while writing it).
+        order = ([latest] + [t for t in tags if t < latest]) if latest in tags else tags
+        skipped: list[str] = []
+        for tag in order:
+            try:
+                path, state = self.engine.load_checkpoint(str(ckpt), tag=tag)
+            except Exception as e:  # noqa: BLE001 - reported below, then the next older checkpoint
+                path, state = None, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            if path is not None and isinstance(state, dict) and "step" in state:
+                break
+            skipped.append(f"{ckpt / tag} ({state or 'incomplete'})")
+        else:
+            raise ConfigError(f"{ckpt}: no checkpoint could be loaded: {'; '.join(skipped)}. Start over with a new "
+                              "out_dir and run id, or delete this out_dir and the run's rows")
+        if skipped:
+            self.log(f"[train] WARNING: skipped unreadable checkpoint(s) {'; '.join(skipped)}; resuming from {path}")
         self.step_no = int(state["step"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
@@ -602,7 +636,8 @@ class Trainer:
 
 def check_fresh_start(t: TrainConfig) -> None:
     """Refuse to start over a run that exists (its checkpoints or its rows in the store would be mixed up)."""
-    if (Path(t.out_dir) / CHECKPOINT_DIR / "latest").exists():
+    ckpt = Path(t.out_dir) / CHECKPOINT_DIR
+    if (ckpt / "latest").exists() or any(p.is_dir() for p in ckpt.glob("step_*")):
         raise ConfigError(f"{t.out_dir}: holds a checkpoint of an earlier run; pass --resume to continue it "
                           "or choose another out_dir")
     if Path(t.db).exists():
@@ -662,7 +697,11 @@ def main(argv: list[str] | None = None) -> int:
 
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the final JSON line
         trainer = Trainer(cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
-        result = trainer.run(resume=args.resume)
+        try:
+            result = trainer.run(resume=args.resume)
+        except (CheckpointError, ConfigError) as e:  # one line for the launcher's log, no traceback
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            return 2
     if trainer.rank == 0:
         print(json.dumps(result, default=str), flush=True)
     if torch.distributed.is_initialized():  # vLLM's in-process engine tears the group down when it closes

@@ -178,7 +178,11 @@ class VerifierPool:
             for w in range(len(self._workers)):
                 if w not in busy and queue:
                     i = queue.pop()
-                    self._workers[w][1].send(pairs[i])
+                    try:
+                        self._workers[w][1].send(pairs[i])
+                    except (BrokenPipeError, ConnectionResetError, OSError):  # died while idle: replace, resend
+                        self._replace(w)
+                        self._workers[w][1].send(pairs[i])
                     busy[w] = (i, time.monotonic())
             conns = {self._workers[w][1]: w for w in busy}
             ready = wait(list(conns), timeout=0.2)
