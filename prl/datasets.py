@@ -24,6 +24,7 @@ than the raw string will be scored wrong. This finds the six DESIGN §3 lists (m
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -52,11 +53,16 @@ class Problem:
 # ─── gold normalisation ─────────────────────────────────────────────────────────────────────
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{…}`` (or ``\\fbox{…}``) in ``text``, braces balanced; None if absent."""
+    """Content of the last ``\\boxed{…}`` (or ``\\fbox{…}``) in ``text``, braces balanced; None if absent.
+
+    Linear in ``len(text)``: the scan from one opening stops at the next opening, because an
+    earlier box that has not closed by then cannot close after a later box that never closed.
+    """
     starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
+    limit = len(text)
     for start in reversed(starts):
         depth, i = 1, start
-        while i < len(text) and depth:
+        while i < limit and depth:
             if text[i] == "{":
                 depth += 1
             elif text[i] == "}":
@@ -64,6 +70,7 @@ def last_boxed(text: str) -> str | None:
             i += 1
         if depth == 0:
             return text[start:i - 1].strip()
+        limit = start - 1  # the later box's own "{"
     return None
 
 
@@ -93,7 +100,12 @@ def normalize_gold(dataset: str, answer: Any) -> str:
         items = answer if isinstance(answer, list) else [answer]
         return ", ".join(_strip_dollars(str(a)) for a in items)
     if dataset == "amc23":
-        value = float(answer)
+        try:
+            value = float(answer)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected a number, got {str(answer)[:60]!r}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"expected a finite number, got {answer!r}")
         return str(int(value)) if value.is_integer() else repr(value)
     if dataset == "aime24":
         s = str(answer).strip()
@@ -148,19 +160,27 @@ def bundled_path(dataset: str) -> Path:
 
 def _rows(path: Path) -> Iterator[tuple[int, Any]]:
     try:
-        fh = path.open("r", encoding="utf-8")
+        fh = path.open("rb")
     except FileNotFoundError:
         raise DatasetError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DatasetError(f"{path}: is a directory, not a data file") from None
     with fh:
-        for line_no, line in enumerate(fh, start=1):
+        for line_no, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:  # per line, so the error names it
+                yield line_no, DatasetError(f"{path}:{line_no}: not UTF-8 (byte {raw[e.start]:#04x} at column "
+                                            f"{e.start + 1})")
+                continue
             if not line.strip():
                 continue
             try:
                 yield line_no, json.loads(line)
             except json.JSONDecodeError as e:
                 yield line_no, DatasetError(f"{path}:{line_no}: malformed JSON ({e.msg} at column {e.colno})")
-            except UnicodeDecodeError as e:  # pragma: no cover - raised by the file iterator instead
-                yield line_no, DatasetError(f"{path}:{line_no}: not UTF-8 ({e})")
+            except RecursionError:
+                yield line_no, DatasetError(f"{path}:{line_no}: JSON nested too deeply")
 
 
 def _problem_text(dataset: str, row: dict) -> str:
@@ -202,7 +222,14 @@ def load_file(path: str | Path, dataset: str | None = None, *, strict: bool = Tr
                 raise DatasetError(err + " (use --lenient to skip bad rows)")
             skipped.append(err)
             continue
-        gold = normalize_gold(name, row["answer"])
+        try:
+            gold = normalize_gold(name, row["answer"])
+        except (ValueError, TypeError, OverflowError) as e:  # e.g. a non-numeric answer in a file named amc23
+            err = f"{path}:{line_no}: field 'answer' cannot be read as a {name} answer ({e})"
+            if strict:
+                raise DatasetError(err + " (use --lenient to skip bad rows)") from None
+            skipped.append(err)
+            continue
         problems.append(Problem(name, f"{name}/{pid}", _problem_text(name, row), gold,
                                 json.dumps(row["answer"], ensure_ascii=False), _meta(name, row)))
     return problems, skipped
