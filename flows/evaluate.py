@@ -116,13 +116,34 @@ TASK_STEPS = ev.Steps(load_problems=load_problems, register_run=register_run, ge
                       ingest_shard=ingest_shard)
 
 
+# Live engines lent to the flow by this process (training lends its rollout engine). They are
+# passed by key, never as flow parameters: Prefect serialises a flow's parameters for its API,
+# and serialising an engine deep-copies its weights and KV cache (measured: +14 GB, 12 s).
+_LENT_ENGINES: dict[str, Any] = {}
+
+
 @flow(name="evaluate", log_prints=False)
-def evaluate(cfg: ev.EvalConfig, progress: bool = True, engine: Any = None) -> dict[str, Any]:
+def evaluate(cfg: ev.EvalConfig, progress: bool = True, engine_key: str | None = None) -> dict[str, Any]:
     """Generate ``cfg.n`` samples per problem, verify them, and store every sample; returns a summary.
 
-    ``engine``: an already running engine for ``cfg.model`` (training passes its rollout engine).
+    ``engine_key``: a running engine for ``cfg.model`` lent with :func:`evaluate_with_engine`.
     """
+    engine = None
+    if engine_key is not None:
+        if engine_key not in _LENT_ENGINES:
+            raise ev.EvalError(f"engine_key: no engine {engine_key!r} is lent in this process")
+        engine = _LENT_ENGINES[engine_key]
     return ev.run_evaluation(cfg, progress=progress, engine=engine, steps=TASK_STEPS, log=_log)
+
+
+def evaluate_with_engine(cfg: ev.EvalConfig, engine: Any, progress: bool = False) -> dict[str, Any]:
+    """Run the ``evaluate`` flow on an engine this process already runs (it is not closed)."""
+    key = f"engine-{id(engine)}"
+    _LENT_ENGINES[key] = engine
+    try:
+        return evaluate(cfg, progress=progress, engine_key=key)
+    finally:
+        _LENT_ENGINES.pop(key, None)
 
 
 def ray_task_runner(cfg: ev.EvalConfig):

@@ -35,8 +35,8 @@ def _as_task(name: str, fn, *args):
 @flow(name="train", log_prints=False)
 def train(cfg: RunConfig, resume: bool = False, progress: bool = True) -> dict[str, Any]:
     """Train for ``cfg.train.steps`` steps (continuing from the last checkpoint with ``resume``)."""
-    from flows.evaluate import evaluate
+    from flows.evaluate import evaluate_with_engine
 
     trainer = Trainer(cfg, log=_log, progress=progress)
     trainer.phase_runner = _as_task
-    return trainer.run(resume=resume, evaluate_fn=lambda c, engine: evaluate(c, progress=False, engine=engine))
+    return trainer.run(resume=resume, evaluate_fn=lambda c, engine: evaluate_with_engine(c, engine))

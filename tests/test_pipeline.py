@@ -1,9 +1,8 @@
-"""The main job through the real flows: `prl demo --small` killed mid-training and rerun, and the
-deployment path (server → work pool → deploy → worker → run) on localhost."""
+"""The main job's configuration and the deployment path (server → work pool → deploy → worker →
+run) on localhost. The main job killed at random points and rerun: tests/faults/test_kill_pipeline.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -13,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-from procs import kill_when
 
 from prl.store import Store
 
@@ -24,10 +22,6 @@ DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "
 def _env(**extra) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
     return {**env, "OMP_NUM_THREADS": "1", **extra}
-
-
-def _steps(db: str, run_id: str) -> list[int]:
-    return [r[0] for r in Store(db, create=False, lock_timeout_s=10).rows("train_steps_for_run", run_id=run_id)]
 
 
 def test_pipeline_config_builds_twin_runs(tmp_path):
@@ -44,37 +38,6 @@ def test_pipeline_config_builds_twin_runs(tmp_path):
     e = eval_config(cfg, "prl", "m")
     assert e.datasets[0] == "synth_test" and all(d.endswith(":20") for d in e.datasets[1:])
     assert e.run_id == "demo-eval-prl" and prl.train.run_id == "demo-train-prl"
-
-
-@pytest.mark.e2e
-def test_demo_killed_during_training_then_rerun_completes_without_duplicates(tmp_path):
-    out = tmp_path / "demo"
-    db = str(out / "store.duckdb")
-    cmd = [sys.executable, "-m", "prl.cli", "demo", "--small", "--out", str(out), "--engine", "hf", "--no-progress"]
-    kill_when(cmd, lambda: len(_steps(db, "demo-train-prl")) >= 2, cwd=ROOT, env=_env(), timeout_s=900,
-              poll_s=0.2)  # the pipeline and its training subprocess
-    killed_at = _steps(db, "demo-train-prl")
-    assert killed_at[:2] == [1, 2]
-    warm = out / "models" / "tiny-sft" / "model.safetensors"
-    warm_mtime = warm.stat().st_mtime_ns
-
-    done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert f"prl dashboard --db {db}" in done.stdout and "paired comparison" in done.stdout
-    assert warm.stat().st_mtime_ns == warm_mtime  # the warm start came from Prefect's cache, not retrained
-    store = Store(db, create=False)
-    assert _steps(db, "demo-train-prl") == [1, 2, 3] and _steps(db, "demo-train-grpo") == [1, 2, 3]
-    for name in ("warm_start", "grpo", "prl"):
-        run_id = f"demo-eval-{name}"
-        counts = store.rows("stored_counts_for_run", run_id=run_id)
-        assert len(counts) == 12 + 5 * 2 and {c for *_, c in counts} == {2}, run_id
-        assert store.rows("get_run", run_id=run_id)[0][4] == "finished"
-    with store.read() as con:
-        dup = con.execute("select count(*) - count(distinct (run_id, dataset, problem_id, sample_idx)) "
-                          "from samples").fetchall()
-    assert dup == [(0,)]
-    report = json.loads((out / "pipeline_report.json").read_text())
-    assert set(report["runs"]) == {"warm_start", "grpo", "prl"}
 
 
 def _free_port() -> int:

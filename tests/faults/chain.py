@@ -21,6 +21,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[2]
 REPORT_DIR = ROOT / "artifacts" / "faults"
 KILLS = int(os.environ.get("PRL_FAULT_KILLS", "3"))
+PIPELINE_KILLS = int(os.environ.get("PRL_FAULT_KILLS", "2"))  # each pipeline start costs ~1 min: fewer in CI
 
 
 def kill_chain(name: str, cmd: list[str], *, kills: int, seed: int, delay: tuple[float, float], env: dict[str, str],

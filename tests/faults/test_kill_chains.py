@@ -40,10 +40,13 @@ def test_eval_killed_at_random_points(tiny_model_dir, tmp_path, cli_env):
             "--verifier-workers", "1", "--no-progress"]
     db, ref_db = tmp_path / "store.duckdb", tmp_path / "ref.duckdb"
     import subprocess
+    import time
 
+    t = time.monotonic()
     ref = subprocess.run(args + ["--db", str(ref_db)], cwd=ROOT, env=cli_env, capture_output=True, text=True,
                          timeout=900)
     assert ref.returncode == 0, ref.stderr[-3000:]
+    t_ref = time.monotonic() - t
     expected = _samples(ref_db, "e")
     assert len(expected) == problems * n
 
@@ -54,7 +57,8 @@ def test_eval_killed_at_random_points(tiny_model_dir, tmp_path, cli_env):
         assert {c for *_, c in counts} <= {n}, "a problem was stored partially"
         return {"samples": sum(c for *_, c in counts)}
 
-    record = kill_chain("eval", args + ["--db", str(db)], kills=KILLS, seed=7, delay=(2.0, 16.0), env=cli_env,
+    record = kill_chain("eval", args + ["--db", str(db)], kills=KILLS, seed=7,
+                        delay=(0.3 * t_ref, 0.9 * t_ref), env=cli_env,
                         after_kill=after_kill)
     got = _samples(db, "e")
     record.update(rows_expected=len(expected), rows_lost=len(expected - got), rows_extra=len(got - expected))
@@ -108,7 +112,7 @@ def test_train_killed_at_random_points(tiny_model_dir, tmp_path, cli_env):
             assert states["module"] and int(latest.split("_")[1]) <= max(stored, default=0) + 1
         return {"steps_stored": len(stored), "latest_checkpoint": latest}
 
-    record = kill_chain("train", cmd, kills=KILLS, seed=11, delay=(4.0, 30.0), env=cli_env, after_kill=after_kill)
+    record = kill_chain("train", cmd, kills=KILLS, seed=11, delay=(8.0, 40.0), env=cli_env, after_kill=after_kill)
     stored = _steps(db)
     names = names or stored[1]
     expected_rows = steps * len(names)

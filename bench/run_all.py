@@ -1,0 +1,94 @@
+"""Run every benchmark in one go and write bench/RESULTS.md with a summary of DESIGN §6's targets.
+
+    python bench/run_all.py            # the standard set (~15 min on 2 cores)
+    python bench/run_all.py --full     # + the 10 M-sample store and the full (20-kill) fault suite
+    python bench/run_all.py --only store,load
+
+Each benchmark runs as its own process (so one's threads and memory do not colour the next) and
+writes bench/results/<name>.json; every figure there is a ratio to a baseline measured in the
+same run. The fault suite's kill chains write artifacts/faults/*.json, summarised here too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from common import RESULTS_DIR, machine, render_results_md  # noqa: E402
+
+
+def _warm_model() -> str:
+    """A warm-started tiny model for the training-step benchmark (built once, cached under runs/)."""
+    out = ROOT / "runs" / "bench" / "tiny-sft"
+    if not (out / "model.safetensors").exists():
+        tiny = ROOT / "runs" / "bench" / "tiny"
+        _run([sys.executable, "-m", "prl.cli", "model", "build-tiny", "--out", str(tiny)])
+        _run([sys.executable, "-m", "prl.cli", "model", "sft", "--model", str(tiny), "--out", str(out), "--steps", "300"])
+    return str(out)
+
+
+BENCHES = {
+    "advantages": lambda full: [sys.executable, str(HERE / "advantages.py")] + ([] if full else ["--quick"]),
+    "generation": lambda full: [sys.executable, str(HERE / "generation.py")],
+    "verify": lambda full: [sys.executable, str(HERE / "verify.py")],
+    "store": lambda full: [sys.executable, str(HERE / "store.py")],
+    "store_10m": lambda full: [sys.executable, str(HERE / "store.py"), "--rows", "10000000", "--repeats", "7",
+                               "--name", "store_10m"] if full else None,
+    "relevance": lambda full: [sys.executable, str(HERE / "relevance.py")],
+    "train_step": lambda full: [sys.executable, str(HERE / "train_step.py"), "--model", _warm_model()],
+    "dashboard": lambda full: [sys.executable, str(HERE / "dashboard.py")],
+    "load": lambda full: [sys.executable, str(HERE / "load.py")],
+    "faults": lambda full: [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/faults", "-s"],
+}
+
+
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, float, str]:
+    t = time.monotonic()
+    r = subprocess.run(cmd, cwd=ROOT, env=env or os.environ.copy(), capture_output=True, text=True)
+    return r.returncode, time.monotonic() - t, (r.stdout + r.stderr)[-3000:]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--full", action="store_true", help="also the 10 M-sample store and 20 kills per fault chain")
+    ap.add_argument("--only", default=None, help="comma-separated subset of: " + ", ".join(BENCHES))
+    args = ap.parse_args()
+    names = args.only.split(",") if args.only else list(BENCHES)
+    unknown = sorted(set(names) - set(BENCHES))
+    if unknown:
+        ap.error(f"unknown benchmark(s) {unknown}; choose from {', '.join(BENCHES)}")
+    status = {}
+    for name in names:
+        cmd = BENCHES[name](args.full)
+        if cmd is None:
+            continue
+        env = os.environ.copy()
+        if name == "faults":
+            env["PRL_FAULT_KILLS"] = "20" if args.full else env.get("PRL_FAULT_KILLS", "3")
+        print(f"[run_all] {name}: {' '.join(cmd[1:3])} …", file=sys.stderr, flush=True)
+        rc, secs, tail = _run(cmd, env)
+        status[name] = {"returncode": rc, "seconds": round(secs, 1)}
+        print(f"[run_all] {name}: {'ok' if rc == 0 else 'FAILED'} in {secs:.0f} s", file=sys.stderr, flush=True)
+        if rc != 0:
+            print(tail, file=sys.stderr)
+        if name == "faults":
+            chains = [json.loads(p.read_text()) for p in sorted((ROOT / "artifacts" / "faults").glob("*.json"))]
+            (RESULTS_DIR / "faults.json").write_text(json.dumps({"machine": machine(), "kills_per_chain":
+                                                                 env["PRL_FAULT_KILLS"], "chains": chains}, indent=2))
+    (RESULTS_DIR / "run_all.json").write_text(json.dumps({"machine": machine(), "full": args.full,
+                                                          "benchmarks": status}, indent=2) + "\n")
+    path = render_results_md()
+    print(f"[run_all] wrote {path}", file=sys.stderr)
+    return 0 if all(s["returncode"] == 0 for s in status.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

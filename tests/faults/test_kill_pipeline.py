@@ -1,0 +1,85 @@
+"""kill -9 at seeded random moments in the main job (`prl demo --small`); every rerun picks up
+finished tasks from Prefect's cache and the store, and the last one completes with exactly the
+rows of the budget: no duplicates, training steps contiguous, evaluations whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from chain import PIPELINE_KILLS, kill_chain, write_report
+from prl.store import Store
+
+pytestmark = pytest.mark.e2e
+
+EVAL_RUNS = ("warm_start", "grpo", "prl")
+EVAL_PROBLEMS, EVAL_N, TRAIN_STEPS = 12 + 5 * 2, 2, 3  # flows.pipeline.small()
+
+
+@pytest.fixture(scope="module")
+def cli_env(prefect_harness):
+    from prefect.settings import PREFECT_API_URL
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                              "MASTER_PORT", "LOCAL_WORLD_SIZE")}
+    return {**env, "PREFECT_API_URL": PREFECT_API_URL.value(), "OMP_NUM_THREADS": "1"}
+
+
+def _state(db) -> dict:
+    store = Store(db, create=False, lock_timeout_s=30)
+    out = {}
+    for est in ("prl", "grpo"):
+        per_step: dict[int, int] = {}
+        for step, _name, _v in store.rows("train_metrics_for_run", run_id=f"demo-train-{est}"):
+            per_step[step] = per_step.get(step, 0) + 1
+        out[f"train_{est}"] = per_step
+    for name in EVAL_RUNS:
+        out[f"eval_{name}"] = {(d, p): c for d, p, c in store.rows("stored_counts_for_run", run_id=f"demo-eval-{name}")}
+    with store.read() as con:
+        out["duplicates"] = con.execute("select count(*) - count(distinct (run_id, dataset, problem_id, sample_idx)) "
+                                        "from samples").fetchall()[0][0]
+    return out
+
+
+def test_pipeline_killed_at_random_points(tmp_path, cli_env):
+    out = tmp_path / "demo"
+    db = out / "store.duckdb"
+    cmd = [sys.executable, "-m", "prl.cli", "demo", "--small", "--out", str(out), "--engine", "hf", "--no-progress"]
+
+    def after_kill():
+        if not db.exists():
+            return {"stage": "before the store"}
+        s = _state(db)
+        for est in ("prl", "grpo"):
+            steps = s[f"train_{est}"]
+            assert sorted(steps) == list(range(1, len(steps) + 1)), f"{est}: steps not contiguous {sorted(steps)}"
+            assert len(set(steps.values())) <= 1, f"{est}: a step's metrics were stored partially"
+        for name in EVAL_RUNS:
+            assert set(s[f"eval_{name}"].values()) <= {EVAL_N}, f"{name}: a problem stored partially"
+        assert s["duplicates"] == 0
+        return {"train_steps": {est: len(s[f"train_{est}"]) for est in ("prl", "grpo")},
+                "eval_samples": {n: sum(s[f"eval_{n}"].values()) for n in EVAL_RUNS}}
+
+    record = kill_chain("pipeline", cmd, kills=PIPELINE_KILLS, seed=23, delay=(15.0, 110.0), env=cli_env,
+                        after_kill=after_kill, attempt_timeout=1500)
+    s = _state(db)
+    names_per_step = next(iter(s["train_prl"].values()))
+    expected = 2 * TRAIN_STEPS * names_per_step + len(EVAL_RUNS) * EVAL_PROBLEMS * EVAL_N
+    got = sum(sum(s[f"train_{e}"].values()) for e in ("prl", "grpo")) + \
+        sum(sum(s[f"eval_{n}"].values()) for n in EVAL_RUNS)
+    record.update(rows_expected=expected, rows_lost=expected - got, duplicates=s["duplicates"])
+    write_report(record)
+    assert record["kills"] >= min(PIPELINE_KILLS, 2)
+    for est in ("prl", "grpo"):
+        assert sorted(s[f"train_{est}"]) == list(range(1, TRAIN_STEPS + 1))
+        assert set(s[f"train_{est}"].values()) == {names_per_step}
+    store = Store(db, create=False)
+    for name in EVAL_RUNS:
+        assert len(s[f"eval_{name}"]) == EVAL_PROBLEMS and set(s[f"eval_{name}"].values()) == {EVAL_N}
+        assert store.rows("get_run", run_id=f"demo-eval-{name}")[0][4] == "finished"
+    assert got == expected and s["duplicates"] == 0
+    report = json.loads((out / "pipeline_report.json").read_text())
+    assert set(report["runs"]) == set(EVAL_RUNS)
