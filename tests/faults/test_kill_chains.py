@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chain import KILLS, ROOT, kill_chain, write_report
+from chain import KILLS, ROOT, Segment, kill_chain, write_report
 from prl.store import Store
 
 pytestmark = pytest.mark.e2e
@@ -34,14 +34,14 @@ def _samples(db, run_id) -> set[tuple]:
 
 
 def test_eval_killed_at_random_points(tiny_model_dir, tmp_path, cli_env):
-    n, problems = 2, 40 + 8 * KILLS
-    args = [sys.executable, "-m", "prl.cli", "eval", "--model", str(tiny_model_dir), "--datasets",
-            f"synth_test:{problems}", "--n", str(n), "--max-tokens", "32", "--chunk", "4", "--run-id", "e",
-            "--verifier-workers", "1", "--no-progress"]
-    db, ref_db = tmp_path / "store.duckdb", tmp_path / "ref.duckdb"
     import subprocess
     import time
 
+    n, problems = 2, 48
+    args = [sys.executable, "-m", "prl.cli", "eval", "--model", str(tiny_model_dir), "--datasets",
+            f"synth_test:{problems}", "--n", str(n), "--max-tokens", "32", "--chunk", "4", "--run-id", "e",
+            "--verifier-workers", "1", "--no-progress"]
+    ref_db = tmp_path / "ref.duckdb"
     t = time.monotonic()
     ref = subprocess.run(args + ["--db", str(ref_db)], cwd=ROOT, env=cli_env, capture_output=True, text=True,
                          timeout=900)
@@ -50,26 +50,32 @@ def test_eval_killed_at_random_points(tiny_model_dir, tmp_path, cli_env):
     expected = _samples(ref_db, "e")
     assert len(expected) == problems * n
 
-    def after_kill():
-        if not db.exists():
-            return {"samples": 0}
-        counts = Store(db, create=False, lock_timeout_s=30).rows("stored_counts_for_run", run_id="e")
-        assert {c for *_, c in counts} <= {n}, "a problem was stored partially"
-        return {"samples": sum(c for *_, c in counts)}
+    def segment(i: int) -> Segment:
+        db = tmp_path / f"store-{i}.duckdb"
 
-    record = kill_chain("eval", args + ["--db", str(db)], kills=KILLS, seed=7,
-                        delay=(0.3 * t_ref, 0.9 * t_ref), env=cli_env,
-                        after_kill=after_kill)
-    got = _samples(db, "e")
-    record.update(rows_expected=len(expected), rows_lost=len(expected - got), rows_extra=len(got - expected))
-    with Store(db, create=False).read() as con:
-        record["duplicates"] = con.execute("select count(*) - count(distinct (dataset, problem_id, sample_idx)) "
-                                           "from samples").fetchall()[0][0]
+        def after_kill():
+            if not db.exists():
+                return {"samples": 0}
+            counts = Store(db, create=False, lock_timeout_s=30).rows("stored_counts_for_run", run_id="e")
+            assert {c for *_, c in counts} <= {n}, "a problem was stored partially"
+            return {"samples": sum(c for *_, c in counts)}
+
+        def final():
+            got = _samples(db, "e")
+            assert got == expected  # every sample of the uninterrupted run, identical, nothing else
+            assert Store(db, create=False).rows("get_run", run_id="e")[0][4] == "finished"
+            with Store(db, create=False).read() as con:
+                dup = con.execute("select count(*) - count(distinct (dataset, problem_id, sample_idx)) "
+                                  "from samples").fetchall()[0][0]
+            assert dup == 0
+            return {"rows_expected": len(expected), "rows_lost": len(expected - got), "rows_extra": len(got - expected),
+                    "duplicates": dup}
+
+        return Segment(args + ["--db", str(db)], after_kill, final)
+
+    record = kill_chain("eval", segment, kills=KILLS, seed=7, delay=(0.2 * t_ref, 1.0 * t_ref), env=cli_env)
     write_report(record)
-    assert record["kills"] >= min(KILLS, 2)
-    assert got == expected  # every sample of the uninterrupted run, identical, nothing else
-    assert record["duplicates"] == 0
-    assert Store(db, create=False).rows("get_run", run_id="e")[0][4] == "finished"
+    assert record["kills"] == KILLS and record["rows_lost"] == 0 and record["rows_extra"] == 0
 
 
 def _train_config(model, tmp_path, steps: int) -> Path:
@@ -94,37 +100,46 @@ def _steps(db) -> dict[int, set[str]]:
 def test_train_killed_at_random_points(tiny_model_dir, tmp_path, cli_env):
     import torch
 
-    steps = 8 + 2 * KILLS
-    cfg = _train_config(tiny_model_dir, tmp_path, steps)
-    db, ckpt = tmp_path / "store.duckdb", tmp_path / "out" / "checkpoints"
-    cmd = [sys.executable, "-m", "prl.cli", "train", "--config", str(cfg), "--resume", "--no-progress"]
-    names: set[str] = set()
+    steps = 10
 
-    def after_kill():
-        stored = _steps(db) if db.exists() else {}
-        assert sorted(stored) == list(range(1, len(stored) + 1)), f"steps not contiguous: {sorted(stored)}"
-        if stored:
-            names.update(stored[1])
-            assert all(s == stored[1] for s in stored.values()), "a step's metrics were stored partially"
-        latest = (ckpt / "latest").read_text().strip() if (ckpt / "latest").exists() else None
-        if latest:  # the checkpoint `latest` names is whole and loadable
-            states = torch.load(ckpt / latest / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False)
-            assert states["module"] and int(latest.split("_")[1]) <= max(stored, default=0) + 1
-        return {"steps_stored": len(stored), "latest_checkpoint": latest}
+    def segment(i: int) -> Segment:
+        seg_dir = tmp_path / f"seg{i}"
+        seg_dir.mkdir()
+        cfg = _train_config(tiny_model_dir, seg_dir, steps)
+        db, ckpt = seg_dir / "store.duckdb", seg_dir / "out" / "checkpoints"
+        names: set[str] = set()
 
-    record = kill_chain("train", cmd, kills=KILLS, seed=11, delay=(8.0, 40.0), env=cli_env, after_kill=after_kill)
-    stored = _steps(db)
-    names = names or stored[1]
-    expected_rows = steps * len(names)
-    got_rows = sum(len(v) for v in stored.values())
-    record.update(rows_expected=expected_rows, rows_lost=expected_rows - got_rows, duplicates=0)
+        def after_kill():
+            stored = _steps(db) if db.exists() else {}
+            assert sorted(stored) == list(range(1, len(stored) + 1)), f"steps not contiguous: {sorted(stored)}"
+            if stored:
+                names.update(stored[1])
+                assert all(s == stored[1] for s in stored.values()), "a step's metrics were stored partially"
+            latest = (ckpt / "latest").read_text().strip() if (ckpt / "latest").exists() else None
+            if latest:  # the checkpoint `latest` names is whole and loads
+                states = torch.load(ckpt / latest / "mp_rank_00_model_states.pt", map_location="cpu",
+                                    weights_only=False)
+                assert states["module"]
+            return {"steps_stored": len(stored), "latest_checkpoint": latest}
+
+        def final():
+            stored = _steps(db)
+            full = names or stored[1]
+            assert sorted(stored) == list(range(1, steps + 1)) and all(v == full for v in stored.values())
+            store = Store(db, create=False)
+            assert store.rows("get_run", run_id="t")[0][4] == "finished"
+            for step in (steps // 2, steps):
+                counts = store.rows("stored_counts_for_run", run_id=f"t@step{step}")
+                assert len(counts) == 6 and {c for *_, c in counts} == {2}
+            with store.read() as con:
+                dup = con.execute("select count(*) - count(distinct (step, name)) from train_metrics").fetchall()[0][0]
+            got = sum(len(v) for v in stored.values())
+            return {"rows_expected": steps * len(full), "rows_lost": steps * len(full) - got, "rows_extra": 0,
+                    "duplicates": dup}
+
+        return Segment([sys.executable, "-m", "prl.cli", "train", "--config", str(cfg), "--resume", "--no-progress"],
+                       after_kill, final)
+
+    record = kill_chain("train", segment, kills=KILLS, seed=11, delay=(6.0, 40.0), env=cli_env)
     write_report(record)
-    assert record["kills"] >= min(KILLS, 2)
-    assert sorted(stored) == list(range(1, steps + 1)) and all(v == names for v in stored.values())
-    store = Store(db, create=False)
-    assert store.rows("get_run", run_id="t")[0][4] == "finished"
-    for step in (steps // 2, steps):
-        counts = store.rows("stored_counts_for_run", run_id=f"t@step{step}")
-        assert len(counts) == 6 and {c for *_, c in counts} == {2}
-    with store.read() as con:
-        assert con.execute("select count(*) - count(distinct (step, name)) from train_metrics").fetchall() == [(0,)]
+    assert record["kills"] == KILLS and record["rows_lost"] == 0 and record["duplicates"] == 0

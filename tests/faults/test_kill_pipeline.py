@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from chain import PIPELINE_KILLS, kill_chain, write_report
+from chain import PIPELINE_KILLS, Segment, kill_chain, write_report
 from prl.store import Store
 
 pytestmark = pytest.mark.e2e
@@ -45,41 +45,47 @@ def _state(db) -> dict:
 
 
 def test_pipeline_killed_at_random_points(tmp_path, cli_env):
-    out = tmp_path / "demo"
-    db = out / "store.duckdb"
-    cmd = [sys.executable, "-m", "prl.cli", "demo", "--small", "--out", str(out), "--engine", "hf", "--no-progress"]
+    def segment(i: int) -> Segment:
+        out = tmp_path / f"demo{i}" / "demo"
+        db = out / "store.duckdb"
 
-    def after_kill():
-        if not db.exists():
-            return {"stage": "before the store"}
-        s = _state(db)
-        for est in ("prl", "grpo"):
-            steps = s[f"train_{est}"]
-            assert sorted(steps) == list(range(1, len(steps) + 1)), f"{est}: steps not contiguous {sorted(steps)}"
-            assert len(set(steps.values())) <= 1, f"{est}: a step's metrics were stored partially"
-        for name in EVAL_RUNS:
-            assert set(s[f"eval_{name}"].values()) <= {EVAL_N}, f"{name}: a problem stored partially"
-        assert s["duplicates"] == 0
-        return {"train_steps": {est: len(s[f"train_{est}"]) for est in ("prl", "grpo")},
-                "eval_samples": {n: sum(s[f"eval_{n}"].values()) for n in EVAL_RUNS}}
+        def after_kill():
+            if not db.exists():
+                return {"stage": "before the store"}
+            s = _state(db)
+            for est in ("prl", "grpo"):
+                steps = s[f"train_{est}"]
+                assert sorted(steps) == list(range(1, len(steps) + 1)), f"{est}: steps not contiguous {sorted(steps)}"
+                assert len(set(steps.values())) <= 1, f"{est}: a step's metrics were stored partially"
+            for name in EVAL_RUNS:
+                assert set(s[f"eval_{name}"].values()) <= {EVAL_N}, f"{name}: a problem stored partially"
+            assert s["duplicates"] == 0
+            return {"train_steps": {est: len(s[f"train_{est}"]) for est in ("prl", "grpo")},
+                    "eval_samples": {n: sum(s[f"eval_{n}"].values()) for n in EVAL_RUNS}}
 
-    record = kill_chain("pipeline", cmd, kills=PIPELINE_KILLS, seed=23, delay=(15.0, 110.0), env=cli_env,
-                        after_kill=after_kill, attempt_timeout=1500)
-    s = _state(db)
-    names_per_step = next(iter(s["train_prl"].values()))
-    expected = 2 * TRAIN_STEPS * names_per_step + len(EVAL_RUNS) * EVAL_PROBLEMS * EVAL_N
-    got = sum(sum(s[f"train_{e}"].values()) for e in ("prl", "grpo")) + \
-        sum(sum(s[f"eval_{n}"].values()) for n in EVAL_RUNS)
-    record.update(rows_expected=expected, rows_lost=expected - got, duplicates=s["duplicates"])
+        def final():
+            s = _state(db)
+            names_per_step = next(iter(s["train_prl"].values()))
+            for est in ("prl", "grpo"):
+                assert sorted(s[f"train_{est}"]) == list(range(1, TRAIN_STEPS + 1))
+                assert set(s[f"train_{est}"].values()) == {names_per_step}
+            store = Store(db, create=False)
+            for name in EVAL_RUNS:
+                assert len(s[f"eval_{name}"]) == EVAL_PROBLEMS and set(s[f"eval_{name}"].values()) == {EVAL_N}
+                assert store.rows("get_run", run_id=f"demo-eval-{name}")[0][4] == "finished"
+            report = json.loads((out / "pipeline_report.json").read_text())
+            assert set(report["runs"]) == set(EVAL_RUNS)
+            expected = 2 * TRAIN_STEPS * names_per_step + len(EVAL_RUNS) * EVAL_PROBLEMS * EVAL_N
+            got = sum(sum(s[f"train_{e}"].values()) for e in ("prl", "grpo")) + \
+                sum(sum(s[f"eval_{n}"].values()) for n in EVAL_RUNS)
+            assert got == expected and s["duplicates"] == 0
+            return {"rows_expected": expected, "rows_lost": expected - got, "rows_extra": 0,
+                    "duplicates": s["duplicates"]}
+
+        cmd = [sys.executable, "-m", "prl.cli", "demo", "--small", "--out", str(out), "--engine", "hf", "--no-progress"]
+        return Segment(cmd, after_kill, final)
+
+    record = kill_chain("pipeline", segment, kills=PIPELINE_KILLS, seed=23, delay=(10.0, 90.0), env=cli_env,
+                        attempt_timeout=1500)
     write_report(record)
-    assert record["kills"] >= min(PIPELINE_KILLS, 2)
-    for est in ("prl", "grpo"):
-        assert sorted(s[f"train_{est}"]) == list(range(1, TRAIN_STEPS + 1))
-        assert set(s[f"train_{est}"].values()) == {names_per_step}
-    store = Store(db, create=False)
-    for name in EVAL_RUNS:
-        assert len(s[f"eval_{name}"]) == EVAL_PROBLEMS and set(s[f"eval_{name}"].values()) == {EVAL_N}
-        assert store.rows("get_run", run_id=f"demo-eval-{name}")[0][4] == "finished"
-    assert got == expected and s["duplicates"] == 0
-    report = json.loads((out / "pipeline_report.json").read_text())
-    assert set(report["runs"]) == set(EVAL_RUNS)
+    assert record["kills"] == PIPELINE_KILLS and record["rows_lost"] == 0 and record["duplicates"] == 0
