@@ -53,16 +53,19 @@ def page_calls(db: str, a: str, b: str, train: str) -> list[tuple[str, object]]:
     ]
 
 
-def client(db: str, runs: tuple[str, str, str], seconds: float, out) -> None:
-    """One dashboard user: every page's queries in a loop for ``seconds``."""
+def client(db: str, runs: tuple[str, str, str], seconds: float, stop, out) -> None:
+    """One dashboard user: every page's queries in a loop for at least ``seconds`` and until ``stop`` is set,
+    then one last round (so the writer's final rows are seen)."""
     from prl.sql_cli import run_query
 
     calls = page_calls(db, *runs)
     lat: dict[str, list[float]] = {name: [] for name, _ in calls}
     errors: list[str] = []
     seen: list[int] = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    t_end = time.monotonic() + seconds
+    last = False
+    while True:
+        last = stop.is_set() and time.monotonic() >= t_end
         for name, call in calls:
             t = time.perf_counter()
             try:
@@ -74,18 +77,24 @@ def client(db: str, runs: tuple[str, str, str], seconds: float, out) -> None:
             seen.append(run_query(db, f"select count(*) from samples where run_id = '{WRITER_RUN}'")[1][0][0])
         except Exception as e:  # noqa: BLE001
             errors.append(f"count: {type(e).__name__}: {e}")
+        if last:
+            break
     out.put({"latency_ms": lat, "errors": errors, "seen": seen})
 
 
 def run_clients(db: str, runs: tuple[str, str, str], clients: int, seconds: float, during=None) -> dict:
-    """Start ``clients`` processes; ``during()`` runs in this process meanwhile (e.g. the writer)."""
+    """Start ``clients`` processes; ``during()`` runs meanwhile and may return a process (the writer):
+    the clients go on until it has exited (and for at least ``seconds``)."""
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=client, args=(db, runs, seconds, q)) for _ in range(clients)]
+    q, stop = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=client, args=(db, runs, seconds, stop, q)) for _ in range(clients)]
     for p in procs:
         p.start()
     writer = during() if during else None
-    results = [q.get(timeout=seconds + 600) for _ in procs]
+    if writer is not None:
+        writer.wait()
+    stop.set()
+    results = [q.get(timeout=seconds + 900) for _ in procs]
     for p in procs:
         p.join()
     all_ms = [x for r in results for v in r["latency_ms"].values() for x in v]
@@ -97,7 +106,7 @@ def run_clients(db: str, runs: tuple[str, str, str], clients: int, seconds: floa
     return {"clients": clients, "seconds": seconds, "calls": len(all_ms), "errors": [e for r in results for e in r["errors"]],
             "p50_ms": _pct(sorted(all_ms), 50), "p95_ms": _pct(sorted(all_ms), 95), "per_query": per_query,
             "seen_first": min(s[0] for s in seen if s), "seen_last": max(s[-1] for s in seen if s),
-            "monotonic": all(all(a <= b for a, b in zip(s, s[1:])) for s in seen), "writer": writer}
+            "monotonic": all(all(a <= b for a, b in zip(s, s[1:])) for s in seen)}
 
 
 def _pct(xs: list[float], p: float) -> float:
@@ -111,8 +120,9 @@ def start_writer(db: str, model: str, problems: int, env: dict[str, str] | None 
     cmd = [sys.executable, "-m", "prl.cli", "eval", "--model", model, "--datasets", f"synth_test:{problems}",
            "--n", "4", "--max-tokens", "48", "--chunk", "4", "--db", db, "--run-id", WRITER_RUN,
            "--verifier-workers", "1", "--no-progress"]
+    log = tempfile.TemporaryFile("w+")  # not a pipe: nobody reads it while the clients run
     return subprocess.Popen(cmd, cwd=HERE.parent, env=env or os.environ.copy(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=log, text=True)
 
 
 def main() -> dict:
@@ -145,12 +155,12 @@ def main() -> dict:
     def during():
         holder["proc"] = start_writer(db, model, args.problems)
         holder["t0"] = time.monotonic()
-        return None
+        return holder["proc"]
 
     loaded = run_clients(db, runs, args.clients, args.seconds, during=during)
     proc = holder["proc"]
-    out, err = proc.communicate(timeout=1200)
-    summary = json.loads(out) if proc.returncode == 0 else {"error": err[-2000:]}
+    out, _ = proc.communicate()
+    summary = json.loads(out) if proc.returncode == 0 else {"error": f"prl eval exited {proc.returncode}"}
     loaded["writer"] = {"returncode": proc.returncode, "samples_added": summary.get("samples_added"),
                         "seconds": round(time.monotonic() - holder["t0"], 1)}
     result = {"machine": machine(), "rows": rows, "quiet": quiet, "with_writer": loaded,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,10 @@ def _bench(name: str):
 def test_eight_clients_while_an_evaluation_writes(tmp_path, tiny_model_dir, prefect_harness):
     from prefect.settings import PREFECT_API_URL
 
-    load = _bench("load")
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import load  # importable by name: the client processes are spawned and import it again
     db = tmp_path / "store.duckdb"
     rows = _bench("dashboard").build_store(db, 30_000)
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "OMP_NUM_THREADS": "1"}
@@ -36,17 +38,17 @@ def test_eight_clients_while_an_evaluation_writes(tmp_path, tiny_model_dir, pref
 
     def during():
         holder["proc"] = load.start_writer(str(db), str(tiny_model_dir), problems=60, env=env)
-        holder["t0"] = time.monotonic()
+        return holder["proc"]
 
-    result = load.run_clients(str(db), ("run-0", "run-1", "train"), clients=8, seconds=35, during=during)
+    result = load.run_clients(str(db), ("run-0", "run-1", "train"), clients=8, seconds=5, during=during)
     proc = holder["proc"]
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err[-3000:]
+    out, _ = proc.communicate()
+    assert proc.returncode == 0, f"the writer (prl eval) exited {proc.returncode}"
     added = json.loads(out)["samples_added"]
     assert added == 240
     assert result["errors"] == []  # no lock errors, no failed query, in any client
     assert result["calls"] >= 8 * 13  # every client ran every page's queries at least once
-    assert result["monotonic"] and result["seen_last"] > result["seen_first"]  # fresh rows became visible
+    assert result["monotonic"] and result["seen_last"] == added  # fresh rows became visible, all of them
     assert Store(db, create=False).rows("count_samples")[0][0] == rows + added
     out_dir = ROOT / "artifacts" / "load"
     out_dir.mkdir(parents=True, exist_ok=True)
