@@ -203,10 +203,20 @@ def summary_lines() -> list[str]:
                      met(demo["prl_beats_warm_start"])))
     if not rows:
         return []
+    fault_lines = []
+    if faults:
+        fault_lines = ["### Kill chains (`tests/faults`, collected by `bench/run_all.py`)", "",
+                       "| chain | kills | recovered | runs | rows expected | lost | extra | duplicates | time |",
+                       "|---|---|---|---|---|---|---|---|---|"]
+        for f in faults:
+            fault_lines.append(f"| {f['name']} | {f['kills']} | {f['recovered']} | {f.get('segments', 1)} | "
+                               f"{f.get('rows_expected', '—')} | {f.get('rows_lost', 0)} | {f.get('rows_extra', 0)} | "
+                               f"{f.get('duplicates', 0)} | {f['seconds'] / 60:.1f} min |")
+        fault_lines.append("")
     m = (adv or ts or ver or {}).get("machine", machine())
     lines = ["## Summary of targets", "",
              f"Machine: {m['cpu']}, {m['cores']} cores, no GPU, torch {m['torch']}, Python {m['python']}. "
              "Each benchmark's own section below gives its date and commit.", "",
              "| target | measured | baseline (same run) | |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    return lines + [""]
+    return lines + [""] + fault_lines
