@@ -129,7 +129,7 @@ def pool():
         yield p
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)
 @given(st.lists(st.tuples(any_text, any_text.filter(lambda g: g.strip())), min_size=1, max_size=8))
 def test_verifier_gives_a_verdict_for_anything_within_the_bound(pool, pairs):
     TRIED["verifier"] += len(pairs)
