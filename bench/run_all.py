@@ -56,18 +56,30 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, float,
     return r.returncode, time.monotonic() - t, (r.stdout + r.stderr)[-3000:]
 
 
+def collect_faults() -> None:
+    """Copy the kill chains' records (artifacts/faults/*.json, written by tests/faults) into results/faults.json."""
+    chains = [json.loads(p.read_text()) for p in sorted((ROOT / "artifacts" / "faults").glob("*.json"))]
+    (RESULTS_DIR / "faults.json").write_text(json.dumps({"machine": machine(), "chains": chains}, indent=2) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--full", action="store_true", help="also the 10 M-sample store and 20 kills per fault chain")
     ap.add_argument("--only", default=None, help="comma-separated subset of: " + ", ".join(BENCHES))
+    ap.add_argument("--collect-faults", action="store_true",
+                    help="only collect the records of a fault-suite run made with pytest, and re-render RESULTS.md")
     args = ap.parse_args()
+    if args.collect_faults:
+        collect_faults()
+        print(f"[run_all] wrote {render_results_md()}", file=sys.stderr)
+        return 0
     names = args.only.split(",") if args.only else list(BENCHES)
     unknown = sorted(set(names) - set(BENCHES))
     if unknown:
         ap.error(f"unknown benchmark(s) {unknown}; choose from {', '.join(BENCHES)}")
     status = {}
     for name in names:
-        cmd = BENCHES[name](args.full)
+        cmd = BENCHES[name](args.full or name in (args.only or "").split(","))
         if cmd is None:
             continue
         env = os.environ.copy()
@@ -80,9 +92,9 @@ def main() -> int:
         if rc != 0:
             print(tail, file=sys.stderr)
         if name == "faults":
-            chains = [json.loads(p.read_text()) for p in sorted((ROOT / "artifacts" / "faults").glob("*.json"))]
-            (RESULTS_DIR / "faults.json").write_text(json.dumps({"machine": machine(), "kills_per_chain":
-                                                                 env["PRL_FAULT_KILLS"], "chains": chains}, indent=2))
+            collect_faults()
+    previous = json.loads((RESULTS_DIR / "run_all.json").read_text()) if (RESULTS_DIR / "run_all.json").exists() else {}
+    status = {**previous.get("benchmarks", {}), **status}  # a partial run (--only) keeps the others' status
     (RESULTS_DIR / "run_all.json").write_text(json.dumps({"machine": machine(), "full": args.full,
                                                           "benchmarks": status}, indent=2) + "\n")
     path = render_results_md()
