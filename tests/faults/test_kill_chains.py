@@ -33,6 +33,7 @@ def _samples(db, run_id) -> set[tuple]:
                                "where run_id = $r", {"r": run_id}).fetchall())
 
 
+@pytest.mark.timeout(300 + 60 * KILLS)
 def test_eval_killed_at_random_points(tiny_model_dir, tmp_path, cli_env):
     import subprocess
     import time
@@ -97,6 +98,7 @@ def _steps(db) -> dict[int, set[str]]:
     return out
 
 
+@pytest.mark.timeout(300 + 90 * KILLS)
 def test_train_killed_at_random_points(tiny_model_dir, tmp_path, cli_env):
     import torch
 

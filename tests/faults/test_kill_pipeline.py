@@ -44,6 +44,7 @@ def _state(db) -> dict:
     return out
 
 
+@pytest.mark.timeout(600 + 240 * PIPELINE_KILLS)
 def test_pipeline_killed_at_random_points(tmp_path, cli_env):
     def segment(i: int) -> Segment:
         out = tmp_path / f"demo{i}" / "demo"
