@@ -38,7 +38,7 @@ def test_eval_killed_at_random_points(tiny_model_dir, tmp_path, cli_env):
     import subprocess
     import time
 
-    n, problems = 2, 48
+    n, problems = 2, 160
     args = [sys.executable, "-m", "prl.cli", "eval", "--model", str(tiny_model_dir), "--datasets",
             f"synth_test:{problems}", "--n", str(n), "--max-tokens", "32", "--chunk", "4", "--run-id", "e",
             "--verifier-workers", "1", "--no-progress"]
@@ -74,7 +74,7 @@ def test_eval_killed_at_random_points(tiny_model_dir, tmp_path, cli_env):
 
         return Segment(args + ["--db", str(db)], after_kill, final)
 
-    record = kill_chain("eval", segment, kills=KILLS, seed=7, delay=(0.2 * t_ref, 1.0 * t_ref), env=cli_env)
+    record = kill_chain("eval", segment, kills=KILLS, seed=7, delay=(0.4 * t_ref, 1.0 * t_ref), env=cli_env)
     write_report(record)
     assert record["kills"] == KILLS and record["rows_lost"] == 0 and record["rows_extra"] == 0
 
