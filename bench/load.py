@@ -121,8 +121,15 @@ def start_writer(db: str, model: str, problems: int, env: dict[str, str] | None 
            "--n", "4", "--max-tokens", "48", "--chunk", "4", "--db", db, "--run-id", WRITER_RUN,
            "--verifier-workers", "1", "--no-progress"]
     log = tempfile.TemporaryFile("w+")  # not a pipe: nobody reads it while the clients run
-    return subprocess.Popen(cmd, cwd=HERE.parent, env=env or os.environ.copy(), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, cwd=HERE.parent, env=env or os.environ.copy(), stdout=subprocess.PIPE,
                             stderr=log, text=True)
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
+
+
+def writer_log(proc: subprocess.Popen) -> str:
+    proc.log.seek(0)  # type: ignore[attr-defined]
+    return proc.log.read()  # type: ignore[attr-defined]
 
 
 def main() -> dict:
@@ -160,7 +167,9 @@ def main() -> dict:
     loaded = run_clients(db, runs, args.clients, args.seconds, during=during)
     proc = holder["proc"]
     out, _ = proc.communicate()
-    summary = json.loads(out) if proc.returncode == 0 else {"error": f"prl eval exited {proc.returncode}"}
+    if proc.returncode != 0:
+        raise SystemExit(f"the writer (prl eval) failed with exit {proc.returncode}:\n{writer_log(proc)[-3000:]}")
+    summary = json.loads(out)
     loaded["writer"] = {"returncode": proc.returncode, "samples_added": summary.get("samples_added"),
                         "seconds": round(time.monotonic() - holder["t0"], 1)}
     result = {"machine": machine(), "rows": rows, "quiet": quiet, "with_writer": loaded,

@@ -43,7 +43,7 @@ def test_eight_clients_while_an_evaluation_writes(tmp_path, tiny_model_dir, pref
     result = load.run_clients(str(db), ("run-0", "run-1", "train"), clients=8, seconds=5, during=during)
     proc = holder["proc"]
     out, _ = proc.communicate()
-    assert proc.returncode == 0, f"the writer (prl eval) exited {proc.returncode}"
+    assert proc.returncode == 0, load.writer_log(proc)[-3000:]
     added = json.loads(out)["samples_added"]
     assert added == 240
     assert result["errors"] == []  # no lock errors, no failed query, in any client
