@@ -97,12 +97,9 @@ def run_shards_on_task_runner(cfg: ev.EvalConfig, run_id: str, shards, directory
     env = {"PREFECT_API_URL": api_url, "RAY_USAGE_STATS_ENABLED": "0",
            **{k: v for k, v in os.environ.items() if k.startswith(("PREFECT_LOGGING", "VLLM_", "HF_"))}}
     submit = lambda s: eval_shard.submit(worker_cfg, run_id, s.problems, str(directory / f"{s.name}.parquet"))  # noqa: E731
-    if cfg.task_runner == "ray":
-        from prefect_ray.context import remote_options
+    from prefect_ray.context import remote_options  # the sharded path runs on the Ray task runner only
 
-        with remote_options(num_cpus=cfg.shard_cpus, runtime_env={"env_vars": env}):
-            futures = {submit(s): s for s in shards}
-    else:
+    with remote_options(num_cpus=cfg.shard_cpus, runtime_env={"env_vars": env}):
         futures = {submit(s): s for s in shards}
     for future in as_completed(list(futures)):
         try:
