@@ -82,10 +82,12 @@ def _run(cmd: list[str], env: dict[str, str], *, kill_after: float | None, timeo
                                 start_new_session=True)
         try:
             rc = proc.wait(timeout=kill_after if kill_after is not None else timeout)
-        except subprocess.TimeoutExpired:
+        except BaseException as e:  # the kill point, or the test itself timed out: never leave the group running
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             _reap_group(proc.pid)
+            if not isinstance(e, subprocess.TimeoutExpired):
+                raise
             if kill_after is None:
                 raise AssertionError(f"{cmd[:4]} did not finish in {timeout} s") from None
             return None, "", time.monotonic() - t
