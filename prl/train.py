@@ -67,6 +67,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def without_cpu_shm_comm_op() -> None:
+    """Make DeepSpeed's CPU backend use plain gloo instead of its shared-memory all-reduce op.
+
+    That op is C++ that torch JIT-builds under a lock file in ``TORCH_EXTENSIONS_DIR`` at every
+    process start (ninja runs even when nothing changed). A run killed in that window leaves the lock
+    behind and every later run on the machine waits on it forever (found by the kill chains: a CI run
+    hung until its time limit). gloo does the same collectives; the op only speeds up multi-process
+    all-reduce on CPU, and costs a ~60 s compile on first use. Call before DeepSpeed starts its backend.
+    """
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # DeepSpeed keeps this one dict
+
+
 def init_distributed() -> tuple[int, int]:
     """Start (or join) the process group DeepSpeed uses; returns (rank, world size).
 
@@ -76,6 +90,8 @@ def init_distributed() -> tuple[int, int]:
 
     on_gpu = torch.cuda.is_available()
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if on_gpu else "cpu")
+    if not on_gpu:
+        without_cpu_shm_comm_op()
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(_free_port()))

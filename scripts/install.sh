@@ -39,14 +39,6 @@ if [ "$EXTRA" = "cpu" ]; then
   "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 fi
 
-if [ "$EXTRA" = "cpu" ]; then
-  # DeepSpeed JIT-compiles its CPU shared-memory comm op the first time a process group starts
-  # (~1-2 min on 2 cores). Build it now, once, into the persistent torch extensions cache, so
-  # the first training run or test does not stall on a compiler.
-  echo "[install] DeepSpeed CPU comm op (compiled once, then cached in ${TORCH_EXTENSIONS_DIR:-~/.cache/torch_extensions})"
-  DS_ACCELERATOR=cpu "$VENV/bin/python" -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load(verbose=False)" >/dev/null
-fi
-
 # The dashboard's real-browser test drives Debian's Chromium with its ChromeDriver (Selenium, no
 # browser download). Installed when missing and this is a root shell with apt (CI, containers);
 # elsewhere that one test is skipped with a message saying so.

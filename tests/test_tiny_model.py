@@ -75,6 +75,8 @@ DEEPSPEED_SCRIPT = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist
     dist.init_process_group("gloo")
     import deepspeed
+    from prl.train import without_cpu_shm_comm_op
+    without_cpu_shm_comm_op()
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
     cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
