@@ -41,6 +41,10 @@ class PipelineConfig:
     """One seed for data, model, warm start, rollouts and evaluation sampling."""
     sft_steps: int = 600
     """Warm-start steps (~4 min on 2 cores)."""
+    direct_frac: float = 0.5
+    """Share of warm-start training solutions written without the working (``SFTConfig.direct_frac``): the
+    warm start then answers about half the problems directly, mostly wrongly on multi-step ones, and RL has
+    a behaviour to learn (show the working). 0 gives a warm start that always shows it."""
     train_steps: int = 100
     """RL steps of each of PRL and GRPO."""
     prompts_per_step: int = 16
@@ -52,6 +56,8 @@ class PipelineConfig:
     one step at 1e-4 cut the log-probability of the batch's *rewarded* answers (-0.07 nats) as well as
     the others (-1.78); at 1e-5 it raised them (+0.15) and lowered the others (-0.12). 5e-5 and up
     left the held-out accuracy flat or lower (README, Status)."""
+    updates_per_step: int = 5
+    """Optimizer updates per RL step: the step's rollouts in this many PPO mini-batches (one pass)."""
     eta: float = 20.0
     """PRL's inverse KL strength, scaled to the task's ~30-token responses."""
     step_split: str = "text:\n\n"
@@ -70,6 +76,17 @@ class PipelineConfig:
     """Generation engine for rollouts and evaluation."""
     eval_task_runner: str = "local"
     """Task runner of the evaluations: 'local' (in this process) or 'ray' (shards on a local Ray runtime)."""
+
+    def __post_init__(self):
+        from prl.sft import SFTConfig
+
+        SFTConfig(direct_frac=self.direct_frac)  # the same check, before any work starts
+        rollouts = self.prompts_per_step * self.n_samples
+        if self.updates_per_step < 1 or rollouts % self.updates_per_step:
+            from prl_core.config import ConfigError
+
+            raise ConfigError(f"updates_per_step: must divide the step's {rollouts} rollouts (prompts_per_step "
+                              f"{self.prompts_per_step} × n_samples {self.n_samples}), got {self.updates_per_step}")
 
     @property
     def store(self) -> str:
@@ -122,12 +139,12 @@ def build_model(cfg: PipelineConfig) -> str:
     return str(path)
 
 
-@task(name="warm-start", cache_key_fn=_inputs_key("seed", "sft_steps"), persist_result=True)
+@task(name="warm-start", cache_key_fn=_inputs_key("seed", "sft_steps", "direct_frac"), persist_result=True)
 def warm_start(cfg: PipelineConfig, model: str) -> str:
     from prl.sft import SFTConfig, run_sft
 
     out = Path(cfg.out_dir) / "models" / "tiny-sft"
-    report = run_sft(model, out, SFTConfig(steps=cfg.sft_steps, seed=cfg.seed), log=_log)
+    report = run_sft(model, out, SFTConfig(steps=cfg.sft_steps, seed=cfg.seed, direct_frac=cfg.direct_frac), log=_log)
     _log(f"warm start: held-out accuracy greedy {report['accuracy_after_greedy']:.3f}, "
          f"sampled {report['accuracy_after_sampled']:.3f}")
     return str(out)
@@ -144,7 +161,8 @@ def train_config(cfg: PipelineConfig, estimator: str, model: str):
     t = TrainConfig(model=model, out_dir=str(Path(cfg.out_dir) / "train" / estimator), db=cfg.store,
                     run_id=f"{Path(cfg.out_dir).name}-train-{estimator}", seed=cfg.seed, steps=cfg.train_steps,
                     prompts_per_step=cfg.prompts_per_step, max_tokens=cfg.max_tokens, engine=cfg.engine, lr=cfg.lr,
-                    mini_batch_size=rollouts, micro_batch_size=rollouts // 2,
+                    mini_batch_size=rollouts // cfg.updates_per_step,
+                    micro_batch_size=rollouts // cfg.updates_per_step,
                     checkpoint_every=max(1, cfg.train_steps // 10), eval_every=0, eval_datasets=())
     return RunConfig(algo, t)
 
@@ -185,6 +203,20 @@ def eval_config(cfg: PipelineConfig, name: str, model: str):
                       seed=cfg.seed, verifier_workers=1, task_runner=cfg.eval_task_runner)
 
 
+def render_styles(styles: dict[str, dict | None]) -> str:
+    """Held-out synthetic samples by answer style: how often each model shows its working, and how well
+    each style scores (RL's gain on this task is mostly the move to worked answers)."""
+    def pct(x):
+        return "   -  " if x is None else f"{100 * x:5.1f}%"
+
+    lines = ["held-out synthetic answers by style", f"{'model':<12} {'shows working':>13} {'worked avg':>10} {'direct avg':>10}"]
+    for name, s in styles.items():
+        if s:
+            lines.append(f"{name:<12} {pct(s['working_share']):>13} {pct(s['working_average']):>10} "
+                         f"{pct(s['direct_average']):>10}")
+    return "\n".join(lines)
+
+
 @task(name="report", cache_policy=NO_CACHE)
 def report(cfg: PipelineConfig, runs: dict[str, str]) -> dict[str, Any]:
     """Scores of the three models and the paired comparisons on the held-out synthetic set."""
@@ -198,9 +230,12 @@ def report(cfg: PipelineConfig, runs: dict[str, str]) -> dict[str, Any]:
     grpo_vs_base = compare_runs(store, runs["warm_start"], runs["grpo"])
     synth = {c["run_b"] + " vs " + c["run_a"]: next((d for d in c["datasets"] if d["dataset"] == SYNTHETIC), None)
              for c in (prl_vs_base, grpo_vs_base, prl_vs_grpo)}
+    styles = {name: next(({"samples": n, "working_share": share, "working_average": w, "direct_average": d}
+                          for ds, n, share, w, d in store.rows("answer_styles_for_run", run_id=run_id)
+                          if ds == SYNTHETIC), None) for name, run_id in runs.items()}
     text = "\n\n".join([*(render_scores(s) for s in scores.values()), render_comparison(prl_vs_base),
-                        render_comparison(prl_vs_grpo)])
-    result = {"runs": runs, "store": cfg.store, "synthetic_paired": synth, "text": text,
+                        render_comparison(prl_vs_grpo), render_styles(styles)])
+    result = {"runs": runs, "store": cfg.store, "synthetic_paired": synth, "answer_styles": styles, "text": text,
               "scores": {k: {"aggregates": v["aggregates"], "datasets": v["datasets"]} for k, v in scores.items()}}
     (Path(cfg.out_dir) / "pipeline_report.json").write_text(json.dumps(result, indent=2, default=float))
     return result
@@ -235,5 +270,6 @@ def pipeline(cfg: PipelineConfig = PipelineConfig(), progress: bool = True) -> d
 def small(out_dir: str, **overrides: Any) -> PipelineConfig:
     """A seconds-scale budget for tests: the same flow, tiny numbers."""
     base = PipelineConfig(out_dir=out_dir, sft_steps=60, train_steps=3, prompts_per_step=4, n_samples=4,
-                          eval_n=2, synth_limit=12, bench_limit=2, max_tokens=48)
+                          eval_n=2, synth_limit=12, bench_limit=2, max_tokens=48,
+                          updates_per_step=2)
     return replace(base, **overrides)

@@ -120,7 +120,7 @@ def _cmd_sft(args: argparse.Namespace) -> int:
     from .sft import SFTConfig, run_sft
 
     cfg = SFTConfig(steps=args.steps, max_minutes=args.minutes, batch_size=args.batch_size, lr=args.lr,
-                    seed=args.seed, eval_size=args.eval_size)
+                    seed=args.seed, eval_size=args.eval_size, direct_frac=args.direct_frac)
     report = run_sft(args.model, args.out, cfg)
     print(json.dumps({k: report[k] for k in ("steps", "train_seconds", "accuracy_before_greedy",
                                              "accuracy_after_greedy", "accuracy_after_sampled")}, indent=2))
@@ -306,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--batch-size", type=int, default=64)
     m.add_argument("--lr", type=float, default=2e-3)
     m.add_argument("--eval-size", type=int, default=200, help="held-out problems for the accuracy report")
+    m.add_argument("--direct-frac", type=float, default=0.0,
+                   help="fraction of training solutions without the working, just the boxed answer "
+                        "(default 0; the demo uses 0.5 so that RL has a behaviour to learn)")
     m.add_argument("--seed", type=int, default=0)
     m.set_defaults(func=_cmd_sft)
 
@@ -487,6 +490,9 @@ example:
     p.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sft-steps", type=int, default=600, help="warm-start steps (default 600, ~4 min)")
+    p.add_argument("--direct-frac", type=float, default=0.5,
+                   help="share of warm-start solutions without the working (default 0.5: RL then has a behaviour "
+                        "to learn; 0: the warm start always shows it)")
     p.add_argument("--train-steps", type=int, default=100, help="RL steps of PRL and of GRPO (default 100)")
     p.add_argument("--eval-n", type=int, default=4, help="samples per problem in the evaluations (default 4)")
     p.add_argument("--synth-limit", type=int, default=None, help="held-out synthetic problems (default all 400)")

@@ -23,7 +23,8 @@ def main_args(args) -> int:
     if args.small:
         cfg = small(args.out, seed=args.seed, engine=args.engine, eval_task_runner=args.task_runner)
     else:
-        cfg = PipelineConfig(out_dir=args.out, seed=args.seed, sft_steps=args.sft_steps, train_steps=args.train_steps,
+        cfg = PipelineConfig(out_dir=args.out, seed=args.seed, sft_steps=args.sft_steps, direct_frac=args.direct_frac,
+                             train_steps=args.train_steps,
                              eval_n=args.eval_n, synth_limit=args.synth_limit, bench_limit=args.bench_limit,
                              engine=args.engine, eval_task_runner=args.task_runner)
     with contextlib.redirect_stdout(sys.stderr):  # library chatter to stderr; the summary below to stdout

@@ -41,18 +41,32 @@ class SFTConfig:
     """Distinct training problems (levels in equal shares)."""
     eval_size: int = 200
     """Held-out test problems for the before/after accuracy."""
+    direct_frac: float = 0.0
+    """Fraction of training solutions written without the working (just ``The answer is \\boxed{N}.``),
+    as in SFT corpora that mix worked and terse answers. The warm start then often answers directly,
+    which the tiny model gets wrong on multi-step problems: RL has something to learn (show the working)."""
     seed: int = 0
     """Seed for data order, initialisation-independent sampling and evaluation."""
+
+    def __post_init__(self):
+        if not 0.0 <= self.direct_frac < 1.0:
+            from prl_core.config import ConfigError
+
+            raise ConfigError(f"direct_frac: expected a fraction in [0, 1) (the share of solutions without the "
+                              f"working), got {self.direct_frac}")
     threads: int = 0
     """torch threads (0: leave torch's default)."""
 
 
-def _examples(tok, records):
+def _examples(tok, records, direct_frac: float = 0.0, seed: int = 0):
+    """(prompt ids, response ids) per record; a seeded ``direct_frac`` of responses skip the working."""
     eos = tok.eos_token
+    pick = random.Random(f"sft-direct:{seed}")
     out = []
     for r in records:
         prompt_ids = tok(build_prompt(tok, r["problem"]), add_special_tokens=False)["input_ids"]
-        response_ids = tok(r["solution"] + eos, add_special_tokens=False)["input_ids"]
+        solution = task.direct_solution(r) if pick.random() < direct_frac else r["solution"]
+        response_ids = tok(solution + eos, add_special_tokens=False)["input_ids"]
         out.append((prompt_ids, response_ids))
     return out
 
@@ -114,7 +128,7 @@ def run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig | None = 
     torch.manual_seed(cfg.seed)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    train = _examples(tok, task.generate("train", cfg.train_size, seed=cfg.seed))
+    train = _examples(tok, task.generate("train", cfg.train_size, seed=cfg.seed), cfg.direct_frac, cfg.seed)
     eval_records = held_out_records(cfg)
     rng = random.Random(cfg.seed)
 

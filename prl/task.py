@@ -94,6 +94,16 @@ def make_problem(rng: random.Random, level: int) -> dict:
     return {"problem": problem, "solution": solution, "answer": str(answer), "level": level}
 
 
+def direct_solution(record: dict) -> str:
+    """The answer without the working: ``The answer is \\boxed{N}.`` (the last line of the solution)."""
+    return f"The answer is \\boxed{{{record['answer']}}}."
+
+
+def shows_working(response: str) -> bool:
+    """Whether a response computes at least one step (a line with ``=``) before its answer."""
+    return "=" in response.split("The answer is", 1)[0]
+
+
 def generate(split: str, n: int, *, seed: int = 0, levels: tuple[int, ...] = LEVELS) -> list[dict]:
     """``n`` problems of ``split`` ("train" or "test"), levels in equal shares, deterministic.
 

@@ -68,6 +68,15 @@ WHERE list_contains($run_ids, run_id) ORDER BY run_id, dataset, problem_id;
 SELECT dataset, problem_id, sample_idx, extracted_answer, verdict = 'correct' AS correct
 FROM samples WHERE run_id = $run_id ORDER BY dataset, problem_id, sample_idx;
 
+-- name: answer_styles_for_run
+-- per data set: share of samples that show their working (an '=' before "The answer is"; the synthetic
+-- task's step lines) and the average score of each style (NULL where a style has no sample)
+SELECT dataset, count(*) AS samples, avg(CASE WHEN working THEN 1.0 ELSE 0.0 END) AS working_share,
+       avg(score) FILTER (WHERE working) AS working_average, avg(score) FILTER (WHERE NOT working) AS direct_average
+FROM (SELECT dataset, score, strpos(split_part(response, 'The answer is', 1), '=') > 0 AS working
+      FROM samples WHERE run_id = $run_id)
+GROUP BY dataset ORDER BY dataset;
+
 -- name: suspicious_passes_for_run
 SELECT dataset, problem_id, sample_idx, relevance, answer_only, extracted_answer, n_tokens
 FROM suspicious_passes WHERE run_id = $run_id ORDER BY answer_only DESC, relevance, dataset, problem_id, sample_idx

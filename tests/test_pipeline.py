@@ -38,6 +38,18 @@ def test_pipeline_config_builds_twin_runs(tmp_path):
     e = eval_config(cfg, "prl", "m")
     assert e.datasets[0] == "synth_test" and all(d.endswith(":20") for d in e.datasets[1:])
     assert e.run_id == "demo-eval-prl" and prl.train.run_id == "demo-train-prl"
+    # 16 prompts × 5 samples in 5 PPO mini-batches of 16
+    assert (prl.train.mini_batch_size, prl.train.micro_batch_size) == (16, 16)
+
+
+def test_pipeline_config_refuses_contradictions(tmp_path):
+    from flows.pipeline import PipelineConfig
+    from prl_core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"updates_per_step: must divide the step's 80 rollouts"):
+        PipelineConfig(out_dir=str(tmp_path), updates_per_step=3)
+    with pytest.raises(ConfigError, match=r"direct_frac: expected a fraction in \[0, 1\)"):
+        PipelineConfig(out_dir=str(tmp_path), direct_frac=-0.1)
 
 
 def _free_port() -> int:

@@ -67,6 +67,17 @@ def test_suspicious_passes_view(store):
         ("a", "a/2", 0, None, True, None, 10), ("a", "a/1", 1, 0.05, False, None, 10)]
 
 
+def test_answer_styles_split_worked_from_direct_answers(store):
+    worked, direct = "3 + 4 = 7\n\nThe answer is \\boxed{7}.", "The answer is \\boxed{7}."
+    store.insert_samples([
+        sample("r1", "s", "s/1", 0, "correct", response=worked), sample("r1", "s", "s/1", 1, "wrong", response=worked),
+        sample("r1", "s", "s/2", 0, "correct", response=worked), sample("r1", "s", "s/2", 1, "wrong", response=direct),
+        sample("r1", "t", "t/1", 0, "wrong", response="no steps = here? The answer is 5"),  # '=' before the answer
+        sample("r2", "s", "s/1", 0, "correct", response=direct)])
+    assert store.rows("answer_styles_for_run", run_id="r1") == [("s", 4, 0.75, 2 / 3, 0.0), ("t", 1, 1.0, 0.0, None)]
+    assert store.rows("answer_styles_for_run", run_id="r2") == [("s", 1, 0.0, None, 1.0)]
+
+
 def test_old_store_gains_new_columns(tmp_path):
     import duckdb
 

@@ -52,9 +52,13 @@ def kill_chain(name: str, make_segment: Callable[[int], Segment], *, kills: int,
         seg = make_segment(segment_no)
         while True:
             d = rng.uniform(*delay) if killed < kills else None
+            git_lock = ROOT / ".git" / "index.lock"
+            lock_before = git_lock.exists()
             rc, err, ran = _run(seg.cmd, env, kill_after=d, timeout=attempt_timeout)
             if rc is None:
                 killed += 1
+                # run manifests read the git state; a killed `git status` used to leave the index locked
+                assert lock_before or not git_lock.exists(), f"{name}: a killed run left {git_lock} behind"
                 points.append({"segment": segment_no, "after_s": round(d, 2), **seg.after_kill()})
                 continue
             assert rc == 0, f"{name}: a restart failed (rc {rc}):\n{err[-4000:]}"
