@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -451,13 +452,41 @@ def test_generate_cli(tiny, tmp_path, capsys):
 def vllm(tiny):
     """The file's one vLLM engine; only TestVLLM (the last tests in the file) uses it."""
     pytest.importorskip("vllm")
+    sentinel = _ClosingRecorder()
+    logging.getLogger("prl-test-sentinel").addHandler(sentinel)
     engine = make_engine("vllm", tiny)
+    engine.sentinel = sentinel
     yield engine
     engine.close()
+    logging.getLogger("prl-test-sentinel").removeHandler(sentinel)
+
+
+class _ClosingRecorder(logging.Handler):
+    """A handler that records being flushed or closed (what logging.config.dictConfig does to every handler)."""
+
+    def __init__(self):
+        super().__init__()
+        self.touched: list[str] = []
+
+    def flush(self):
+        self.touched.append("flush")
+
+    def close(self):
+        self.touched.append("close")
+        super().close()
+
+    def emit(self, record):
+        pass
 
 
 @pytest.mark.e2e
 class TestVLLM:
+
+    def test_starting_leaves_the_process_logging_alone(self, vllm):
+        """vLLM's dictConfig flushed and closed every handler under logging's lock: inside a Prefect flow
+        that deadlocked with Prefect's API log handler. Starting the engine must not touch other handlers."""
+        assert vllm.sentinel.touched == []
+        assert any(getattr(h, "_prl_vllm", False) for h in logging.getLogger("vllm").handlers)
 
     def test_info(self, vllm, tiny):
         info = vllm.info()

@@ -33,7 +33,9 @@ Batched over all prompts × n samples in one ``LLM.generate`` call. Facts this c
 from __future__ import annotations
 
 import gc
+import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,26 @@ def _is_cpu_platform() -> bool:
     return bool(current_platform.is_cpu())
 
 
+def _vllm_logging() -> None:
+    """Keep vLLM from reconfiguring the process's logging; give its logger one stderr handler instead.
+
+    vLLM applies ``logging.config.dictConfig`` when an ``LLM`` starts, and dictConfig flushes and closes
+    every existing handler while holding logging's module lock. Inside a Prefect flow one of them is
+    Prefect's API log handler, whose flush waits for a worker thread that needs that same lock: the
+    process deadlocked, idle, at the demo's third evaluation. With ``VLLM_CONFIGURE_LOGGING=0`` (set
+    before the first engine; vLLM caches its environment) nothing is reconfigured.
+    """
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+    log = logging.getLogger("vllm")
+    if not any(getattr(h, "_prl_vllm", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler._prl_vllm = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+        log.propagate = False
+    log.setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "WARNING").upper())
+
+
 class VLLMEngine(Engine):
     """``vllm.LLM`` behind the :class:`~prl.engines.base.Engine` interface."""
 
@@ -96,6 +118,7 @@ class VLLMEngine(Engine):
                  **llm_kwargs: Any) -> None:
         super().__init__(model_dir, dtype=dtype, seed=seed, max_model_len=max_model_len,
                          logprobs_mode=logprobs_mode, require_chat_template=require_chat_template)
+        _vllm_logging()
         try:
             import vllm
             from vllm import LLM

@@ -76,6 +76,10 @@ def test_pipeline_killed_at_random_points(tmp_path, cli_env):
                 assert store.rows("get_run", run_id=f"demo-eval-{name}")[0][4] == "finished"
             report = json.loads((out / "pipeline_report.json").read_text())
             assert set(report["runs"]) == set(EVAL_RUNS)
+            for name in EVAL_RUNS:  # the held-out synthetic answers split by style, every sample counted once
+                styles = report["answer_styles"][name]
+                assert styles["samples"] == 12 * EVAL_N and 0.0 <= styles["working_share"] <= 1.0
+            assert "held-out synthetic answers by style" in report["text"]
             expected = 2 * TRAIN_STEPS * names_per_step + len(EVAL_RUNS) * EVAL_PROBLEMS * EVAL_N
             got = sum(sum(s[f"train_{e}"].values()) for e in ("prl", "grpo")) + \
                 sum(sum(s[f"eval_{n}"].values()) for n in EVAL_RUNS)
