@@ -512,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries results (JSON, tables)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Prefect's temporary API server gets 20 s to start by default; on a loaded 2-core machine (eight
+    # dashboard clients beside an evaluation, measured) that was too short and the run failed.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
