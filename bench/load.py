@@ -137,7 +137,7 @@ def main() -> dict:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--rows", type=int, default=200_000, help="sample rows in the store before the writer starts")
     ap.add_argument("--seconds", type=float, default=40.0, help="how long each client runs")
-    ap.add_argument("--problems", type=int, default=100, help="problems the writer evaluates (n=4; default 100: under 8 clients the writer gets ~20%% of the 2 cores)")
+    ap.add_argument("--problems", type=int, default=20, help="problems the writer evaluates (n=4; default 20: under 8 clients the writer gets ~20%% of the 2 cores, and 100 took over 6 min)")
     args = ap.parse_args()
     import importlib.util
 
