@@ -11,6 +11,14 @@ the file longer than that (another tool keeping it open) makes it fail, with
 :class:`StoreLocked` naming the holder. Dashboards and ``prl sql`` therefore see fresh data on
 every query while flows write.
 
+Writers go first. Readers may share the file, so a steady stream of them (eight dashboard
+clients) would leave a writer almost no moment when the file is free. A writer that finds the
+file busy therefore takes an exclusive ``flock`` on ``<store>.write-intent`` (a turnstile next
+to the store) and holds it for its transaction; every reader passes the turnstile (a shared
+``flock``, released at once) before it opens the file. Readers already inside finish their query, new ones wait for
+the write, and writers queue on the turnstile. The kernel drops the lock when a process dies,
+so a killed writer never leaves it held.
+
 Writes are idempotent: ``ON CONFLICT DO NOTHING`` on each relation's key, so re-running an
 evaluation never duplicates a sample, and a chunk is either wholly stored or not at all.
 ``:memory:`` stores (tests) keep one connection instead.
@@ -18,11 +26,13 @@ evaluation never duplicates a sample, and a chunk is either wholly stored or not
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import random
 import re
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -85,8 +95,60 @@ def _is_lock_error(e: Exception) -> bool:
     return "lock" in str(e).lower() and ("conflicting" in str(e).lower() or "could not set" in str(e).lower())
 
 
+def _locked_out(path: str, lock_timeout_s: float, holder: str = "") -> StoreLocked:
+    return StoreLocked(
+        f"{path}: the store was held by another process for more than {lock_timeout_s:g} s"
+        f"{' (' + holder + ')' if holder else ''}; close the program holding it "
+        "open (flows and the dashboard only open it per transaction)")
+
+
+def _intent_path(path: str) -> str:
+    return path + ".write-intent"
+
+
+def _flock(fd: int, op: int, deadline: float, path: str, lock_timeout_s: float) -> None:
+    """``flock(fd, op)``, polling with back-off until ``deadline`` (then :class:`StoreLocked`)."""
+    delay = 0.002
+    while True:
+        try:
+            fcntl.flock(fd, op | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise _locked_out(path, lock_timeout_s, "a writer held its write-intent lock") from None
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.05)
+
+
+@contextmanager
+def write_intent(path: str | Path, lock_timeout_s: float = 30.0) -> Iterator[None]:
+    """Hold the store's turnstile exclusively: new readers wait until the block exits (see the module doc)."""
+    path = str(path)
+    fd = os.open(_intent_path(path), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _flock(fd, fcntl.LOCK_EX, time.monotonic() + lock_timeout_s, path, lock_timeout_s)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+def _pass_turnstile(path: str, deadline: float, lock_timeout_s: float) -> None:
+    """Wait while a writer holds the turnstile (no turnstile file yet, or none readable: nothing to wait for)."""
+    try:
+        fd = os.open(_intent_path(path), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        _flock(fd, fcntl.LOCK_SH, deadline, path, lock_timeout_s)
+    finally:
+        os.close(fd)
+
+
 def connect(path: str | Path, *, read_only: bool, lock_timeout_s: float = 30.0):
-    """A DuckDB connection to ``path``, retrying while another process holds the file."""
+    """A DuckDB connection to ``path``, retrying while another process holds the file.
+
+    A read-only open first waits for any writer holding the turnstile; a writer should hold
+    :func:`write_intent` around its connection (``Store.write`` does)."""
     import duckdb
 
     path = str(path)
@@ -95,6 +157,8 @@ def connect(path: str | Path, *, read_only: bool, lock_timeout_s: float = 30.0):
     deadline = time.monotonic() + lock_timeout_s
     delay = 0.005
     while True:
+        if read_only and path != ":memory:":
+            _pass_turnstile(path, deadline, lock_timeout_s)
         try:
             return duckdb.connect(path, read_only=read_only)
         except duckdb.IOException as e:
@@ -102,10 +166,7 @@ def connect(path: str | Path, *, read_only: bool, lock_timeout_s: float = 30.0):
                 raise StoreError(f"{path}: cannot open the store: {str(e).splitlines()[0]}") from None
             if time.monotonic() >= deadline:
                 holder = _LOCK_HOLDER.search(str(e))
-                raise StoreLocked(
-                    f"{path}: the store was held by another process for more than {lock_timeout_s:g} s"
-                    f"{' (' + holder.group(1).strip() + ')' if holder else ''}; close the program holding it "
-                    "open (flows and the dashboard only open it per transaction)") from None
+                raise _locked_out(path, lock_timeout_s, holder.group(1).strip() if holder else "") from None
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.25)
 
@@ -136,9 +197,28 @@ class Store:
 
     @contextmanager
     def write(self) -> Iterator[Any]:
-        """One write transaction: committed on exit, rolled back (nothing stored) on an exception."""
-        con = self._mem if self._mem is not None else connect(self.path, read_only=False,
-                                                              lock_timeout_s=self.lock_timeout_s)
+        """One write transaction: committed on exit, rolled back (nothing stored) on an exception.
+
+        When readers hold the file, the write intent is held from before the open until after the
+        close, so readers arriving meanwhile wait for it instead of keeping the file busy."""
+        if self._mem is not None:
+            yield from self._transaction(self._mem)
+            return
+        with ExitStack() as intent:
+            try:  # a free file: no need to hold readers back
+                con = connect(self.path, read_only=False, lock_timeout_s=0)
+            except StoreLocked:
+                t0 = time.monotonic()
+                intent.enter_context(write_intent(self.path, self.lock_timeout_s))
+                con = connect(self.path, read_only=False,
+                              lock_timeout_s=max(0.0, self.lock_timeout_s - (time.monotonic() - t0)))
+            try:
+                yield from self._transaction(con)
+            finally:
+                con.close()
+
+    @staticmethod
+    def _transaction(con) -> Iterator[Any]:
         con.execute("BEGIN TRANSACTION")
         try:
             yield con
@@ -146,9 +226,6 @@ class Store:
         except BaseException:
             con.execute("ROLLBACK")
             raise
-        finally:
-            if con is not self._mem:
-                con.close()
 
     @contextmanager
     def read(self) -> Iterator[Any]:

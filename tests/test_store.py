@@ -159,3 +159,64 @@ def test_a_store_held_open_too_long_names_the_holder(tmp_path):
         holder.kill()
         holder.wait()
     assert Store(path, create=False).rows("count_samples") == [(0,)]  # usable again once released
+
+
+READ_HOLDER = r"""
+import sys, duckdb
+con = duckdb.connect(sys.argv[1], read_only=True)  # a reader in the middle of a long query
+print("holding", flush=True)
+sys.stdin.readline()
+con.close()
+"""
+
+
+def test_a_waiting_writer_goes_before_new_readers(tmp_path):
+    """Readers that arrive while a writer waits for the file queue behind it, so a stream of
+    dashboard queries cannot starve an evaluation: the late reader sees the writer's rows."""
+    import fcntl
+    import os
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    path = tmp_path / "turnstile.duckdb"
+    Store(path)
+    holder = subprocess.Popen([sys.executable, "-c", READ_HOLDER, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    writer = None
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        one_write = WRITER.replace("Store(sys.argv[1])", "Store(sys.argv[1], create=False)")  # one transaction
+        writer = subprocess.Popen([sys.executable, "-c", one_write, str(path), "1"], stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while True:  # until the writer holds its intent (it is then waiting for the holder's read to end)
+            assert time.monotonic() < deadline and writer.poll() is None, "the writer never took its write intent"
+            try:
+                fd = os.open(str(path) + ".write-intent", os.O_RDONLY)
+            except FileNotFoundError:
+                time.sleep(0.01)
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except BlockingIOError:
+                break
+            finally:
+                os.close(fd)
+            time.sleep(0.01)
+        seen = []
+        late = threading.Thread(target=lambda: seen.append(Store(path, create=False).rows("count_samples")[0][0]))
+        late.start()
+        late.join(0.5)
+        assert late.is_alive(), f"a reader arriving behind a waiting writer went first (saw {seen})"
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        late.join(60)
+        assert writer.wait(60) == 0 and writer.stdout.read().strip() == "done"
+        assert seen == [64], "the late reader should see the writer's chunk"
+    finally:
+        for p in (holder, writer):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
