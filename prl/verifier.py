@@ -19,6 +19,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from collections import deque
 from dataclasses import asdict, dataclass
 
 from .datasets import last_boxed
@@ -48,8 +49,13 @@ def extract_answer(response: str) -> str | None:
     return boxed if boxed is not None else None
 
 
-def verify_one(response: str, gold: str, *, timeout_s: int = 5) -> Verdict:
-    """Verify in this process (must be a main thread: Math-Verify's timeouts use SIGALRM)."""
+def verify_one(response: str, gold: str, *, timeout_s: int = 5, gold_cache: dict | None = None) -> Verdict:
+    """Verify in this process (must be a main thread: Math-Verify's timeouts use SIGALRM).
+
+    ``gold_cache``: gold string → its parse, kept by the caller across calls (a pool worker keeps
+    one). A problem's n samples share one gold, and parsing a benchmark gold is most of the cost
+    of a short answer (bench/verify.py: 62%); only successful parses are kept.
+    """
     from math_verify import parse, verify
     from math_verify.errors import TimeoutException
 
@@ -61,14 +67,20 @@ def verify_one(response: str, gold: str, *, timeout_s: int = 5) -> Verdict:
     def done(verdict: str, detail: str = "") -> Verdict:
         return Verdict(verdict, extracted, gold, (time.perf_counter() - t0) * 1e3, detail)
 
-    try:
-        gold_parsed = parse("\\boxed{" + gold + "}", parsing_timeout=timeout_s, raise_on_error=True)
-    except TimeoutException:
-        return done("gold_unparsable", "gold parse timed out")
-    except Exception as e:  # noqa: BLE001 - reported, never raised
-        return done("gold_unparsable", f"{type(e).__name__}: {e}"[:300])
-    if not gold_parsed:
-        return done("gold_unparsable", "Math-Verify extracted nothing from the gold")
+    gold_parsed = gold_cache.get(gold) if gold_cache is not None else None
+    if gold_parsed is None:
+        try:
+            gold_parsed = parse("\\boxed{" + gold + "}", parsing_timeout=timeout_s, raise_on_error=True)
+        except TimeoutException:
+            return done("gold_unparsable", "gold parse timed out")
+        except Exception as e:  # noqa: BLE001 - reported, never raised
+            return done("gold_unparsable", f"{type(e).__name__}: {e}"[:300])
+        if not gold_parsed:
+            return done("gold_unparsable", "Math-Verify extracted nothing from the gold")
+        if gold_cache is not None:
+            if len(gold_cache) >= _GOLD_CACHE_SIZE:
+                gold_cache.pop(next(iter(gold_cache)))  # oldest first
+            gold_cache[gold] = gold_parsed
     try:
         pred = parse(response, parsing_timeout=timeout_s, raise_on_error=True)
     except TimeoutException:
@@ -88,6 +100,9 @@ def verify_one(response: str, gold: str, *, timeout_s: int = 5) -> Verdict:
     return done("correct" if ok else "wrong")
 
 
+_GOLD_CACHE_SIZE = 4096
+
+
 # ─── the pool ───────────────────────────────────────────────────────────────────────────────
 
 def _worker(conn, timeout_s: int, memory_mb: int) -> None:
@@ -98,6 +113,7 @@ def _worker(conn, timeout_s: int, memory_mb: int) -> None:
 
         limit = memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    gold_cache: dict = {}
     while True:
         try:
             item = conn.recv()
@@ -107,12 +123,39 @@ def _worker(conn, timeout_s: int, memory_mb: int) -> None:
             return
         response, gold = item
         try:
-            v = verify_one(response, gold, timeout_s=timeout_s)
+            v = verify_one(response, gold, timeout_s=timeout_s, gold_cache=gold_cache)
         except MemoryError:
             v = Verdict("error", None, gold, 0.0, "MemoryError: worker memory cap reached")
         except BaseException as e:  # noqa: BLE001 - the worker must answer
             v = Verdict("error", None, gold, 0.0, f"{type(e).__name__}: {e}"[:300])
         conn.send(v)
+
+
+class _GoldQueue:
+    """Items waiting for a worker, grouped by gold: a free worker keeps to the gold it parsed last
+    (its gold cache then parses each gold once), or starts a gold no other worker is on."""
+
+    def __init__(self, items: list[int], pairs: list[tuple[str, str]], workers: int):
+        self._by_gold: dict[str, deque[int]] = {}
+        for i in items:
+            self._by_gold.setdefault(pairs[i][1], deque()).append(i)
+        self._pairs = pairs
+        self._on: list[str | None] = [None] * workers
+
+    def __bool__(self) -> bool:
+        return bool(self._by_gold)
+
+    def pop(self, worker: int) -> int:
+        gold = self._on[worker]
+        if gold not in self._by_gold:
+            others = set(self._on[:worker] + self._on[worker + 1:])
+            gold = next((g for g in self._by_gold if g not in others), next(iter(self._by_gold)))
+            self._on[worker] = gold
+        items = self._by_gold[gold]
+        i = items.popleft()
+        if not items:
+            del self._by_gold[gold]
+        return i
 
 
 class VerifierPool:
@@ -172,12 +215,12 @@ class VerifierPool:
                 pending_by_key[key] = [i]
             todo.append(i)
         busy: dict[int, tuple[int, float]] = {}  # worker -> (item, started)
-        queue = list(reversed(todo))
+        queue = _GoldQueue(todo, pairs, len(self._workers))
         done_count = 0
         while queue or busy:
             for w in range(len(self._workers)):
                 if w not in busy and queue:
-                    i = queue.pop()
+                    i = queue.pop(w)
                     try:
                         self._workers[w][1].send(pairs[i])
                     except (BrokenPipeError, ConnectionResetError, OSError):  # died while idle: replace, resend

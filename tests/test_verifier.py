@@ -36,6 +36,34 @@ def test_each_verdict(response, gold, verdict):
     assert not Path("/tmp/prl_pwned").exists()
 
 
+CASES = [("so \\boxed{4.5\\times10^{33}}", "4.5 \\times 10^{33}"), ("\\boxed{\\frac{1}{2}}", "0.5"),
+         ("\\boxed{3}", "2"), ("I am not sure.", "2"), ("\\boxed{2}", "2"), ("\\boxed{2}", "}{"), ("\\boxed{2}", "")]
+
+
+def test_gold_cache_keeps_parsed_golds_and_changes_no_verdict():
+    cache: dict = {}
+    cached = [verify_one(r, g, gold_cache=cache).verdict for r, g in CASES + CASES]
+    assert cached == [verify_one(r, g).verdict for r, g in CASES + CASES]
+    assert set(cache) == {"4.5 \\times 10^{33}", "0.5", "2"}  # unparsable golds are not kept
+    # The cache is what is consulted: a gold whose kept parse is "3" now accepts 3.
+    seeded: dict = {}
+    verify_one("\\boxed{3}", "3", gold_cache=seeded)  # parses the gold "3"
+    cache["2"] = seeded["3"]
+    assert verify_one("\\boxed{3}", "2", gold_cache=cache).verdict == "correct"
+
+
+def test_gold_queue_keeps_each_worker_on_its_gold_and_all_workers_busy():
+    from prl.verifier import _GoldQueue
+
+    pairs = [(f"r{i}", g) for i, g in enumerate("AAABBBC")]
+    q = _GoldQueue(list(range(7)), pairs, workers=2)
+    order = [(w, pairs[q.pop(w)][1]) for w in (0, 1, 0, 1, 0, 1, 0)]
+    assert order == [(0, "A"), (1, "B"), (0, "A"), (1, "B"), (0, "A"), (1, "B"), (0, "C")]
+    assert not q
+    one_gold = _GoldQueue([0, 1, 2], [("x", "A")] * 3, workers=2)
+    assert [one_gold.pop(w) for w in (0, 1, 0)] == [0, 1, 2]  # a lone gold still feeds both workers
+
+
 def test_gameable_answer_is_documented_behaviour():
     # DESIGN §3: answer correctness is not reasoning validity; Math-Verify passes this one.
     assert verify_one("\\boxed{x = 1 = 2}", "2").verdict == "correct"
