@@ -91,9 +91,11 @@ def run_clients(db: str, runs: tuple[str, str, str], clients: int, seconds: floa
     procs = [ctx.Process(target=client, args=(db, runs, seconds, stop, q)) for _ in range(clients)]
     for p in procs:
         p.start()
+    t_during = time.monotonic()
     writer = during() if during else None
     if writer is not None:
         writer.wait()
+    during_s = time.monotonic() - t_during  # the writer's wall time (the clients then finish their round)
     stop.set()
     results = [q.get(timeout=seconds + 900) for _ in procs]
     for p in procs:
@@ -107,7 +109,7 @@ def run_clients(db: str, runs: tuple[str, str, str], clients: int, seconds: floa
     return {"clients": clients, "seconds": seconds, "calls": len(all_ms), "errors": [e for r in results for e in r["errors"]],
             "p50_ms": _pct(sorted(all_ms), 50), "p95_ms": _pct(sorted(all_ms), 95), "per_query": per_query,
             "seen_first": min(s[0] for s in seen if s), "seen_last": max(s[-1] for s in seen if s),
-            "monotonic": all(all(a <= b for a, b in zip(s, s[1:])) for s in seen)}
+            "monotonic": all(all(a <= b for a, b in zip(s, s[1:])) for s in seen), "during_s": round(during_s, 1)}
 
 
 def write_waits(db: str, runs: tuple[str, str, str], clients: int, rounds: int = 12) -> dict:
@@ -199,18 +201,17 @@ def main() -> dict:
 
     def during():
         holder["proc"] = start_writer(db, model, args.problems)
-        holder["t0"] = time.monotonic()
         return holder["proc"]
 
     loaded = run_clients(db, runs, args.clients, args.seconds, during=during)
-    waits = write_waits(db, runs, args.clients)
     proc = holder["proc"]
     out, _ = proc.communicate()
     if proc.returncode != 0:
         raise SystemExit(f"the writer (prl eval) failed with exit {proc.returncode}:\n{writer_log(proc)[-3000:]}")
     summary = json.loads(out)
     loaded["writer"] = {"returncode": proc.returncode, "samples_added": summary.get("samples_added"),
-                        "seconds": round(time.monotonic() - holder["t0"], 1)}
+                        "seconds": loaded.pop("during_s")}
+    waits = write_waits(db, runs, args.clients)
     result = {"machine": machine(), "rows": rows, "quiet": quiet, "with_writer": loaded, "writer_alone": writer_alone,
               "write_waits": waits,
               "writer_slowdown": round(loaded["writer"]["seconds"] / writer_alone["seconds"], 2),

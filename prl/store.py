@@ -15,9 +15,9 @@ Writers go first. Readers may share the file, so a steady stream of them (eight 
 clients) would leave a writer almost no moment when the file is free. A writer that finds the
 file busy therefore takes an exclusive ``flock`` on ``<store>.write-intent`` (a turnstile next
 to the store) and holds it for its transaction; every reader passes the turnstile (a shared
-``flock``, released at once) before it opens the file. Readers already inside finish their query, new ones wait for
-the write, and writers queue on the turnstile. The kernel drops the lock when a process dies,
-so a killed writer never leaves it held.
+``flock``, released at once) before it opens the file. Readers already inside finish their
+query, new ones wait for the write, and waiting writers queue on the turnstile. The kernel
+drops the lock when a process dies, so a killed writer never leaves it held.
 
 Writes are idempotent: ``ON CONFLICT DO NOTHING`` on each relation's key, so re-running an
 evaluation never duplicates a sample, and a chunk is either wholly stored or not at all.
@@ -151,8 +151,8 @@ def _pass_turnstile(path: str, deadline: float, lock_timeout_s: float) -> None:
 def connect(path: str | Path, *, read_only: bool, lock_timeout_s: float = 30.0):
     """A DuckDB connection to ``path``, retrying while another process holds the file.
 
-    A read-only open first waits for any writer holding the turnstile; a writer should hold
-    :func:`write_intent` around its connection (``Store.write`` does)."""
+    A read-only open first waits for any writer holding the turnstile (:func:`write_intent`,
+    which ``Store.write`` takes when it finds the file busy)."""
     import duckdb
 
     path = str(path)

@@ -49,6 +49,9 @@ def extract_answer(response: str) -> str | None:
     return boxed if boxed is not None else None
 
 
+_GOLD_CACHE_SIZE = 4096  # parsed golds a worker keeps (a benchmark has at most a few thousand)
+
+
 def verify_one(response: str, gold: str, *, timeout_s: int = 5, gold_cache: dict | None = None) -> Verdict:
     """Verify in this process (must be a main thread: Math-Verify's timeouts use SIGALRM).
 
@@ -100,9 +103,6 @@ def verify_one(response: str, gold: str, *, timeout_s: int = 5, gold_cache: dict
     return done("correct" if ok else "wrong")
 
 
-_GOLD_CACHE_SIZE = 4096
-
-
 # ─── the pool ───────────────────────────────────────────────────────────────────────────────
 
 def _worker(conn, timeout_s: int, memory_mb: int) -> None:
@@ -139,7 +139,6 @@ class _GoldQueue:
         self._by_gold: dict[str, deque[int]] = {}
         for i in items:
             self._by_gold.setdefault(pairs[i][1], deque()).append(i)
-        self._pairs = pairs
         self._on: list[str | None] = [None] * workers
 
     def __bool__(self) -> bool:
