@@ -185,11 +185,10 @@ def summary_lines() -> list[str]:
     if load:
         w = load["with_writer"]
         fresh = w["monotonic"] and w["seen_last"] == w["writer"]["samples_added"]
-        slowdown = f"; the writer {load['writer_slowdown']:.2f}× its time alone" if "writer_slowdown" in load else ""
         rows.append((f"{w['clients']} dashboard clients while `prl eval` writes: no errors, fresh rows seen",
                      f"{len(w['errors'])} errors; p50 {w['p50_ms']:.0f} ms, p95 {w['p95_ms']:.0f} ms "
-                     f"({load['p95_ratio_to_quiet']:.2f}× quiet p95); rows seen {w['seen_first']} → {w['seen_last']}"
-                     f"{slowdown}", "same clients, no writer; same eval, no clients", met(not w["errors"] and fresh)))
+                     f"({load['p95_ratio_to_quiet']:.2f}× quiet p95); rows seen {w['seen_first']} → {w['seen_last']}; "
+                     f"the writer {load['writer_slowdown']:.2f}× its time alone", "same clients, no writer; same eval, no clients", met(not w["errors"] and fresh)))
     faults = _faults()
     if faults:
         kills = sum(f["kills"] for f in faults)
