@@ -113,7 +113,7 @@ def run_clients(db: str, runs: tuple[str, str, str], clients: int, seconds: floa
 
 
 def write_waits(db: str, runs: tuple[str, str, str], clients: int, rounds: int = 12) -> dict:
-    """Seconds per small write transaction (16 rows) under ``clients`` readers, writers-first on and off
+    """Seconds per small write transaction (16 rows) under ``clients`` readers, the writer's turnstile on and off
     alternately (the same load for both): how long a waiting writer is kept out."""
     from prl import store as store_mod
 
@@ -125,7 +125,7 @@ def write_waits(db: str, runs: tuple[str, str, str], clients: int, rounds: int =
         try:
             for k in range(2 * rounds):
                 mode = "writers_first" if k % 2 == 0 else "no_priority"
-                store_mod.WRITERS_FIRST = mode == "writers_first"
+                store_mod.TURNSTILE = mode == "writers_first"
                 rows = [dict(run_id="load-wait", dataset="d", problem_id=f"d/{k}", sample_idx=i, response="x",
                              extracted_answer="1", verdict="correct", score=1.0, n_tokens=5, finish_reason="stop",
                              verify_ms=1.0) for i in range(16)]
@@ -134,11 +134,60 @@ def write_waits(db: str, runs: tuple[str, str, str], clients: int, rounds: int =
                 waits[mode].append(time.perf_counter() - t)
                 time.sleep(2)
         finally:
-            store_mod.WRITERS_FIRST = True
+            store_mod.TURNSTILE = True
 
     run_clients(db, runs, clients, 1.0, during=during)
     return {m: {"median_s": round(statistics.median(w), 3), "max_s": round(max(w), 3), "n": len(w)}
             for m, w in waits.items()}
+
+
+HOT_WRITER = r"""
+import sys
+from prl import store
+store.TURNSTILE = sys.argv[3] == "on"
+s = store.Store(sys.argv[1], create=False)
+print("ready", flush=True)
+for chunk in range(int(sys.argv[2])):
+    s.insert_samples([dict(run_id="w", dataset="d", problem_id=f"d/{chunk}", sample_idx=i, response="x" * 200,
+                           extracted_answer="1", verdict="correct", score=1.0, n_tokens=5, finish_reason="stop",
+                           verify_ms=1.0) for i in range(64)])
+"""
+
+
+def reader_waits(chunks: int = 150, rounds: int = 3) -> dict:
+    """The mirror of :func:`write_waits`: one reader querying in a loop while a writer commits
+    ``chunks`` transactions back to back, the turnstile on and off alternately (both sides).
+    Per mode: read latency p50/p95/max, reads completed, and the writer's wall time."""
+    from prl import store as store_mod
+
+    out: dict[str, dict] = {}
+    lat: dict[str, list[float]] = {"turnstile": [], "no_turnstile": []}
+    wall: dict[str, list[float]] = {"turnstile": [], "no_turnstile": []}
+    try:
+        for k in range(2 * rounds):
+            mode = "turnstile" if k % 2 == 0 else "no_turnstile"
+            store_mod.TURNSTILE = mode == "turnstile"
+            path = Path(tempfile.mkdtemp(prefix="prl-hot-")) / "hot.duckdb"
+            reader = store_mod.Store(path, lock_timeout_s=600)
+            w = subprocess.Popen([sys.executable, "-c", HOT_WRITER, str(path), str(chunks),
+                                  "on" if mode == "turnstile" else "off"], cwd=HERE.parent, stdout=subprocess.PIPE, text=True)
+            assert w.stdout.readline().strip() == "ready"
+            t0 = time.perf_counter()
+            while w.poll() is None:
+                t = time.perf_counter()
+                reader.rows("count_samples")
+                lat[mode].append(time.perf_counter() - t)
+            wall[mode].append(time.perf_counter() - t0)
+            if w.wait() != 0 or reader.rows("count_samples") != [(chunks * 64,)]:
+                raise SystemExit(f"the hot writer failed ({mode}): exit {w.returncode}")
+    finally:
+        store_mod.TURNSTILE = True
+    for mode, xs in lat.items():
+        xs = sorted(xs)
+        out[mode] = {"reads": len(xs), "p50_ms": _pct([x * 1e3 for x in xs], 50), "p95_ms": _pct([x * 1e3 for x in xs], 95),
+                     "max_ms": round(xs[-1] * 1e3, 1), "writer_s": round(statistics.median(wall[mode]), 2)}
+    out["chunks"], out["rounds"] = chunks, rounds
+    return out
 
 
 def _pct(xs: list[float], p: float) -> float:
@@ -212,8 +261,9 @@ def main() -> dict:
     loaded["writer"] = {"returncode": proc.returncode, "samples_added": summary.get("samples_added"),
                         "seconds": loaded.pop("during_s")}
     waits = write_waits(db, runs, args.clients)
+    hot = reader_waits()
     result = {"machine": machine(), "rows": rows, "quiet": quiet, "with_writer": loaded, "writer_alone": writer_alone,
-              "write_waits": waits,
+              "write_waits": waits, "reader_waits": hot,
               "writer_slowdown": round(loaded["writer"]["seconds"] / writer_alone["seconds"], 2),
               "p95_ratio_to_quiet": round(loaded["p95_ms"] / quiet["p95_ms"], 2),
               "p50_ratio_to_quiet": round(loaded["p50_ms"] / quiet["p50_ms"], 2)}
@@ -243,8 +293,10 @@ def render(r: dict) -> str:
         f"({'never decreasing' if w['monotonic'] else 'NOT monotonic'}). Per query (p50 / p95 ms, with the writer): "
         + ", ".join(f"{k} {v['p50_ms']:.0f}/{v['p95_ms']:.0f}" for k, v in w["per_query"].items()) + ".",
         "", f"**Writers first.** Small write transactions (16 rows) under the same {w['clients']} clients, "
-        "alternating the store's writers-first turnstile on and off: "
+        "alternating the writer's use of the store's turnstile on and off: "
         + _waits_line(r.get("write_waits")),
+        "", "**Readers are not starved either.** One reader querying in a loop while a writer commits "
+        "transactions back to back (64 rows each), the turnstile on and off alternately: " + _hot_line(r.get("reader_waits")),
         "", "Latency is dominated by 8 processes (+ the writer and its engine) sharing 2 cores: each query opens "
         "its own read-only connection (DESIGN §4), so waiting for the writer's short transactions shows up as "
         "the ratio to the quiet run, and never as an error.",
@@ -260,6 +312,17 @@ def _waits_line(waits: dict | None) -> str:
             f"(max {off['max_s']:.2f} s) without: **{off['median_s'] / on['median_s']:.1f}×** shorter at the median, "
             f"**{off['max_s'] / on['max_s']:.0f}×** at the worst ({on['n']} transactions each). A writer that finds the file busy holds the write intent "
             "(`prl/store.py`): readers already inside finish their query, new ones wait for the write.")
+
+
+def _hot_line(hot: dict | None) -> str:
+    if not hot:
+        return "not measured in this run."
+    on, off = hot["turnstile"], hot["no_turnstile"]
+    return (f"with it the reader's longest wait was {on['max_ms']:.0f} ms (p95 {on['p95_ms']:.0f} ms, {on['reads']} reads), "
+            f"without it {off['max_ms']:.0f} ms (p95 {off['p95_ms']:.0f} ms, {off['reads']} reads): "
+            f"**{off['max_ms'] / on['max_ms']:.1f}×** shorter at the worst; the writer's {hot['chunks']} transactions took "
+            f"{on['writer_s']:.1f} s against {off['writer_s']:.1f} s ({hot['rounds']} rounds each, medians). A reader "
+            "that finds the file busy queues at the turnstile, so the writer's next transaction waits for it.")
 
 
 if __name__ == "__main__":

@@ -11,13 +11,15 @@ the file longer than that (another tool keeping it open) makes it fail, with
 :class:`StoreLocked` naming the holder. Dashboards and ``prl sql`` therefore see fresh data on
 every query while flows write.
 
-Writers go first. Readers may share the file, so a steady stream of them (eight dashboard
-clients) would leave a writer almost no moment when the file is free. A writer that finds the
-file busy therefore takes an exclusive ``flock`` on ``<store>.write-intent`` (a turnstile next
-to the store) and holds it for its transaction; every reader passes the turnstile (a shared
-``flock``, released at once) before it opens the file. Readers already inside finish their
-query, new ones wait for the write, and waiting writers queue on the turnstile. The kernel
-drops the lock when a process dies, so a killed writer never leaves it held.
+Whoever waits goes next. Readers may share the file, so a steady stream of them (eight
+dashboard clients) would leave a writer almost no moment when the file is free; and a writer
+writing chunk after chunk leaves a reader the same. So a process that finds the file busy takes
+an exclusive ``flock`` on ``<store>.write-intent`` (a turnstile next to the store) while it
+waits, and everyone passes the turnstile (a shared ``flock``, released at once) before opening
+the file. Processes already inside finish, newcomers of either kind queue behind the waiter,
+and the waiter gets the next free moment. A waiting writer keeps the turnstile through its
+transaction; a waiting reader lets go once it is in, so the readers behind it share the file
+with it. The kernel drops the lock when a process dies, so a killed process never leaves it held.
 
 Writes are idempotent: ``ON CONFLICT DO NOTHING`` on each relation's key, so re-running an
 evaluation never duplicates a sample, and a chunk is either wholly stored or not at all.
@@ -95,8 +97,8 @@ def _is_lock_error(e: Exception) -> bool:
     return "lock" in str(e).lower() and ("conflicting" in str(e).lower() or "could not set" in str(e).lower())
 
 
-WRITERS_FIRST = True
-"""Writers that find the file busy hold the write intent (module doc). Off only for the A/B in bench/load.py."""
+TURNSTILE = True
+"""Processes that find the file busy queue on the turnstile (module doc). Off only for the A/B in bench/load.py."""
 
 
 def _locked_out(path: str, lock_timeout_s: float, holder: str = "") -> StoreLocked:
@@ -119,14 +121,14 @@ def _flock(fd: int, op: int, deadline: float, path: str, lock_timeout_s: float) 
             return
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                raise _locked_out(path, lock_timeout_s, "a writer held its write-intent lock") from None
+                raise _locked_out(path, lock_timeout_s, "another process waited at its turnstile") from None
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.05)
 
 
 @contextmanager
 def write_intent(path: str | Path, lock_timeout_s: float = 30.0) -> Iterator[None]:
-    """Hold the store's turnstile exclusively: new readers wait until the block exits (see the module doc)."""
+    """Hold the store's turnstile exclusively: newcomers wait until the block exits (see the module doc)."""
     path = str(path)
     fd = os.open(_intent_path(path), os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -137,7 +139,7 @@ def write_intent(path: str | Path, lock_timeout_s: float = 30.0) -> Iterator[Non
 
 
 def _pass_turnstile(path: str, deadline: float, lock_timeout_s: float) -> None:
-    """Wait while a writer holds the turnstile (no turnstile file yet, or none readable: nothing to wait for)."""
+    """Wait while another process holds the turnstile (no turnstile file yet: nothing to wait for)."""
     try:
         fd = os.open(_intent_path(path), os.O_RDONLY)
     except OSError:
@@ -148,31 +150,44 @@ def _pass_turnstile(path: str, deadline: float, lock_timeout_s: float) -> None:
         os.close(fd)
 
 
-def connect(path: str | Path, *, read_only: bool, lock_timeout_s: float = 30.0):
-    """A DuckDB connection to ``path``, retrying while another process holds the file.
+def connect(path: str | Path, *, read_only: bool, lock_timeout_s: float = 30.0, queue: ExitStack | None = None):
+    """A DuckDB connection to ``path``, waiting in turn while another process holds the file.
 
-    A read-only open first waits for any writer holding the turnstile (:func:`write_intent`,
-    which ``Store.write`` takes when it finds the file busy)."""
+    The open first passes the turnstile; if the file is busy, the caller takes the turnstile
+    (:func:`write_intent`) and retries until the file is free or ``lock_timeout_s`` has passed
+    (:class:`StoreLocked`). The turnstile is released once the connection is open, unless
+    ``queue`` is given: then it stays held until that stack closes (``Store.write`` holds it
+    through its transaction). ``lock_timeout_s=0`` tries once and never queues."""
     import duckdb
 
     path = str(path)
-    if read_only and path != ":memory:" and not Path(path).exists():
+    if path != ":memory:" and read_only and not Path(path).exists():
         raise StoreError(f"{path}: no such store (create one with `prl eval --db {path} …`)")
+    fair = TURNSTILE and path != ":memory:"
     deadline = time.monotonic() + lock_timeout_s
     delay = 0.005
-    while True:
-        if read_only and path != ":memory:":
+    queued = False
+    with ExitStack() as waiting:
+        if fair:
             _pass_turnstile(path, deadline, lock_timeout_s)
-        try:
-            return duckdb.connect(path, read_only=read_only)
-        except duckdb.IOException as e:
-            if not _is_lock_error(e):
-                raise StoreError(f"{path}: cannot open the store: {str(e).splitlines()[0]}") from None
-            if time.monotonic() >= deadline:
-                holder = _LOCK_HOLDER.search(str(e))
-                raise _locked_out(path, lock_timeout_s, holder.group(1).strip() if holder else "") from None
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 0.25)
+        while True:
+            try:
+                con = duckdb.connect(path, read_only=read_only)
+                if queue is not None:
+                    queue.enter_context(waiting.pop_all())
+                return con
+            except duckdb.IOException as e:
+                if not _is_lock_error(e):
+                    raise StoreError(f"{path}: cannot open the store: {str(e).splitlines()[0]}") from None
+                if time.monotonic() >= deadline:
+                    holder = _LOCK_HOLDER.search(str(e))
+                    raise _locked_out(path, lock_timeout_s, holder.group(1).strip() if holder else "") from None
+                if fair and not queued:  # first time busy: queue at the turnstile
+                    waiting.enter_context(write_intent(path, max(0.0, deadline - time.monotonic())))
+                    queued = True
+                    continue
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.25)
 
 
 class Store:
@@ -203,20 +218,13 @@ class Store:
     def write(self) -> Iterator[Any]:
         """One write transaction: committed on exit, rolled back (nothing stored) on an exception.
 
-        When readers hold the file, the write intent is held from before the open until after the
-        close, so readers arriving meanwhile wait for it instead of keeping the file busy."""
+        A writer that had to wait holds the turnstile until after the close, so readers arriving
+        meanwhile wait for it instead of keeping the file busy."""
         if self._mem is not None:
             yield from self._transaction(self._mem)
             return
-        with ExitStack() as intent:
-            try:  # a free file: no need to hold readers back
-                con = connect(self.path, read_only=False, lock_timeout_s=0)
-            except StoreLocked:
-                t0 = time.monotonic()
-                if WRITERS_FIRST:
-                    intent.enter_context(write_intent(self.path, self.lock_timeout_s))
-                con = connect(self.path, read_only=False,
-                              lock_timeout_s=max(0.0, self.lock_timeout_s - (time.monotonic() - t0)))
+        with ExitStack() as queue:
+            con = connect(self.path, read_only=False, lock_timeout_s=self.lock_timeout_s, queue=queue)
             try:
                 yield from self._transaction(con)
             finally:

@@ -170,11 +170,33 @@ con.close()
 """
 
 
+def _wait_for_the_turnstile(path, proc, why: str) -> None:
+    """Return once some process holds ``<path>.write-intent`` exclusively (a waiter is queued)."""
+    import fcntl
+    import os
+    import time
+
+    deadline = time.monotonic() + 60
+    while True:
+        assert time.monotonic() < deadline and proc.poll() is None, why
+        try:
+            fd = os.open(str(path) + ".write-intent", os.O_RDONLY)
+        except FileNotFoundError:
+            time.sleep(0.01)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            return
+        finally:
+            os.close(fd)
+        time.sleep(0.01)
+
+
 def test_a_waiting_writer_goes_before_new_readers(tmp_path):
     """Readers that arrive while a writer waits for the file queue behind it, so a stream of
     dashboard queries cannot starve an evaluation: the late reader sees the writer's rows."""
-    import fcntl
-    import os
     import subprocess
     import sys
     import threading
@@ -189,22 +211,7 @@ def test_a_waiting_writer_goes_before_new_readers(tmp_path):
         assert holder.stdout.readline().strip() == "holding"
         one_write = WRITER.replace("Store(sys.argv[1])", "Store(sys.argv[1], create=False)")  # one transaction
         writer = subprocess.Popen([sys.executable, "-c", one_write, str(path), "1"], stdout=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while True:  # until the writer holds its intent (it is then waiting for the holder's read to end)
-            assert time.monotonic() < deadline and writer.poll() is None, "the writer never took its write intent"
-            try:
-                fd = os.open(str(path) + ".write-intent", os.O_RDONLY)
-            except FileNotFoundError:
-                time.sleep(0.01)
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            except BlockingIOError:
-                break
-            finally:
-                os.close(fd)
-            time.sleep(0.01)
+        _wait_for_the_turnstile(path, writer, "the writer never took its write intent")
         seen = []
         late = threading.Thread(target=lambda: seen.append(Store(path, create=False).rows("count_samples")[0][0]))
         late.start()
@@ -215,6 +222,52 @@ def test_a_waiting_writer_goes_before_new_readers(tmp_path):
         late.join(60)
         assert writer.wait(60) == 0 and writer.stdout.read().strip() == "done"
         assert seen == [64], "the late reader should see the writer's chunk"
+    finally:
+        for p in (holder, writer):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+WRITE_HOLDER = r"""
+import sys, duckdb
+con = duckdb.connect(sys.argv[1])  # a writer in the middle of a transaction
+print("holding", flush=True)
+sys.stdin.readline()
+con.close()
+"""
+
+
+def test_a_waiting_reader_goes_before_the_writers_next_transaction(tmp_path):
+    """The mirror case: an evaluation writing chunk after chunk cannot starve a dashboard query.
+    A reader that found the file busy is queued, so the next write waits for it: it sees 0 rows."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    path = tmp_path / "turnstile.duckdb"
+    Store(path)
+    holder = subprocess.Popen([sys.executable, "-c", WRITE_HOLDER, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    writer = None
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        seen = []
+        reader = threading.Thread(target=lambda: seen.append(Store(path, create=False).rows("count_samples")[0][0]))
+        reader.start()
+        _wait_for_the_turnstile(path, holder, "the waiting reader never queued at the turnstile")
+        one_write = WRITER.replace("s = Store(sys.argv[1])", "s = Store(sys.argv[1], create=False)\nprint('ready', flush=True)")
+        writer = subprocess.Popen([sys.executable, "-c", one_write, str(path), "1"], stdout=subprocess.PIPE, text=True)
+        assert writer.stdout.readline().strip() == "ready"
+        time.sleep(1.0)  # the writer is now at the turnstile, behind the reader
+        assert writer.poll() is None and reader.is_alive()
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        reader.join(60)
+        assert writer.wait(60) == 0 and writer.stdout.read().strip() == "done"
+        assert seen == [0], "the queued reader should get in before the writer's transaction"
+        assert Store(path, create=False).rows("count_samples") == [(64,)]
     finally:
         for p in (holder, writer):
             if p is not None and p.poll() is None:
