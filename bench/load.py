@@ -292,7 +292,7 @@ def render(r: dict) -> str:
         f"beside 8 busy processes); the clients saw its count grow from {w['seen_first']} to {w['seen_last']} "
         f"({'never decreasing' if w['monotonic'] else 'NOT monotonic'}). Per query (p50 / p95 ms, with the writer): "
         + ", ".join(f"{k} {v['p50_ms']:.0f}/{v['p95_ms']:.0f}" for k, v in w["per_query"].items()) + ".",
-        "", f"**Writers first.** Small write transactions (16 rows) under the same {w['clients']} clients, "
+        "", f"**A waiting writer goes next.** Small write transactions (16 rows) under the same {w['clients']} clients, "
         "alternating the writer's use of the store's turnstile on and off: "
         + _waits_line(r.get("write_waits")),
         "", "**Readers are not starved either.** One reader querying in a loop while a writer commits "
