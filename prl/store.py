@@ -130,7 +130,7 @@ def _flock(fd: int, op: int, deadline: float, path: str, lock_timeout_s: float) 
 def write_intent(path: str | Path, lock_timeout_s: float = 30.0) -> Iterator[None]:
     """Hold the store's turnstile exclusively: newcomers wait until the block exits (see the module doc)."""
     path = str(path)
-    fd = os.open(_intent_path(path), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(_intent_path(path), os.O_RDONLY | os.O_CREAT, 0o644)  # flock needs no write access
     try:
         _flock(fd, fcntl.LOCK_EX, time.monotonic() + lock_timeout_s, path, lock_timeout_s)
         yield
@@ -183,8 +183,11 @@ def connect(path: str | Path, *, read_only: bool, lock_timeout_s: float = 30.0, 
                     holder = _LOCK_HOLDER.search(str(e))
                     raise _locked_out(path, lock_timeout_s, holder.group(1).strip() if holder else "") from None
                 if fair and not queued:  # first time busy: queue at the turnstile
-                    waiting.enter_context(write_intent(path, max(0.0, deadline - time.monotonic())))
                     queued = True
+                    try:
+                        waiting.enter_context(write_intent(path, max(0.0, deadline - time.monotonic())))
+                    except OSError:  # no turnstile can be made here (a read-only folder): just retry
+                        pass
                     continue
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.25)

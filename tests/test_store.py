@@ -273,3 +273,41 @@ def test_a_waiting_reader_goes_before_the_writers_next_transaction(tmp_path):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_no_turnstile_file_possible_means_plain_retries(tmp_path):
+    """Where the turnstile cannot be created (here a dangling link; a read-only folder in use),
+    a process that finds the file busy still gets in once it is free, by retrying."""
+    import subprocess
+    import sys
+    import threading
+
+    path = tmp_path / "plain.duckdb"
+    Store(path)
+    (tmp_path / "plain.duckdb.write-intent").symlink_to(tmp_path / "missing" / "intent")
+    holder = subprocess.Popen([sys.executable, "-c", WRITE_HOLDER, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        got, errors = [], []
+
+        def read():
+            try:
+                got.append(Store(path, create=False).rows("count_samples")[0][0])
+            except Exception as e:  # reported below
+                errors.append(e)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        reader.join(1.0)
+        assert reader.is_alive() and not errors, errors  # waiting for the holder, not failed
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        reader.join(60)
+        assert got == [0] and not errors, errors
+        Store(path, create=False).execute("upsert_run", run_id="r", kind="eval", model="m", status="done", config={},
+                                          manifest={}, parent_run_id=None, train_step=None)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
