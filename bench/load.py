@@ -294,9 +294,10 @@ def render(r: dict) -> str:
         + ", ".join(f"{k} {v['p50_ms']:.0f}/{v['p95_ms']:.0f}" for k, v in w["per_query"].items()) + ".",
         "", f"**A waiting writer goes next.** Small write transactions (16 rows) under the same {w['clients']} clients, "
         "alternating the writer's use of the store's turnstile on and off: "
-        + _waits_line(r.get("write_waits")),
+        + _or_unmeasured(_waits_line, r.get("write_waits")),
         "", "**Readers are not starved either.** One reader querying in a loop while a writer commits "
-        "transactions back to back (64 rows each), the turnstile on and off alternately: " + _hot_line(r.get("reader_waits")),
+        "transactions back to back (64 rows each), the turnstile on and off alternately: "
+        + _or_unmeasured(_hot_line, r.get("reader_waits")),
         "", "Latency is dominated by 8 processes (+ the writer and its engine) sharing 2 cores: each query opens "
         "its own read-only connection (DESIGN §4), so waiting for the writer's short transactions shows up as "
         "the ratio to the quiet run, and never as an error.",
@@ -304,9 +305,11 @@ def render(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _waits_line(waits: dict | None) -> str:
-    if not waits:
-        return "not measured in this run."
+def _or_unmeasured(line, figures: dict | None) -> str:
+    return line(figures) if figures else "not measured in this run."
+
+
+def _waits_line(waits: dict) -> str:
     on, off = waits["writers_first"], waits["no_priority"]
     return (f"median {on['median_s']:.2f} s (max {on['max_s']:.2f} s) with it, {off['median_s']:.2f} s "
             f"(max {off['max_s']:.2f} s) without: **{off['median_s'] / on['median_s']:.1f}×** shorter at the median, "
@@ -314,9 +317,7 @@ def _waits_line(waits: dict | None) -> str:
             "(`prl/store.py`): readers already inside finish their query, new ones wait for the write.")
 
 
-def _hot_line(hot: dict | None) -> str:
-    if not hot:
-        return "not measured in this run."
+def _hot_line(hot: dict) -> str:
     on, off = hot["turnstile"], hot["no_turnstile"]
     return (f"with it the reader's longest wait was {on['max_ms']:.0f} ms (p95 {on['p95_ms']:.0f} ms, {on['reads']} reads), "
             f"without it {off['max_ms']:.0f} ms (p95 {off['p95_ms']:.0f} ms, {off['reads']} reads): "

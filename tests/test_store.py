@@ -169,6 +169,62 @@ sys.stdin.readline()
 con.close()
 """
 
+WRITE_HOLDER = READ_HOLDER.replace(", read_only=True)  # a reader in the middle of a long query",
+                                   ")  # a writer in the middle of a transaction")
+
+ONE_WRITE = WRITER.replace("s = Store(sys.argv[1])", "s = Store(sys.argv[1], create=False)\nprint('ready', flush=True)")
+
+
+@pytest.fixture
+def spawn():
+    """Start ``python -c script args…`` (stdin/stdout piped); whatever is still running is killed at the end."""
+    import subprocess
+    import sys
+
+    procs = []
+
+    def start(script: str, *args) -> subprocess.Popen:
+        procs.append(subprocess.Popen([sys.executable, "-c", script, *map(str, args)], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True))
+        return procs[-1]
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def _holding(proc):
+    assert proc.stdout.readline().strip() == "holding"
+    return proc
+
+
+def _release(holder) -> None:
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+
+
+def _in_thread(call):
+    """Run ``call`` in a thread; returns (thread, results, errors)."""
+    import threading
+
+    got, errors = [], []
+
+    def run():
+        try:
+            got.append(call())
+        except Exception as e:  # reported by the test
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, got, errors
+
+
+def _count(path) -> int:
+    return Store(path, create=False).rows("count_samples")[0][0]
+
 
 def _wait_for_the_turnstile(path, proc, why: str) -> None:
     """Return once some process holds ``<path>.write-intent`` exclusively (a waiter is queued)."""
@@ -194,120 +250,56 @@ def _wait_for_the_turnstile(path, proc, why: str) -> None:
         time.sleep(0.01)
 
 
-def test_a_waiting_writer_goes_before_new_readers(tmp_path):
+def test_a_waiting_writer_goes_before_new_readers(tmp_path, spawn):
     """Readers that arrive while a writer waits for the file queue behind it, so a stream of
     dashboard queries cannot starve an evaluation: the late reader sees the writer's rows."""
-    import subprocess
-    import sys
-    import threading
-    import time
-
     path = tmp_path / "turnstile.duckdb"
     Store(path)
-    holder = subprocess.Popen([sys.executable, "-c", READ_HOLDER, str(path)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    writer = None
-    try:
-        assert holder.stdout.readline().strip() == "holding"
-        one_write = WRITER.replace("Store(sys.argv[1])", "Store(sys.argv[1], create=False)")  # one transaction
-        writer = subprocess.Popen([sys.executable, "-c", one_write, str(path), "1"], stdout=subprocess.PIPE, text=True)
-        _wait_for_the_turnstile(path, writer, "the writer never took its write intent")
-        seen = []
-        late = threading.Thread(target=lambda: seen.append(Store(path, create=False).rows("count_samples")[0][0]))
-        late.start()
-        late.join(0.5)
-        assert late.is_alive(), f"a reader arriving behind a waiting writer went first (saw {seen})"
-        holder.stdin.write("\n")
-        holder.stdin.flush()
-        late.join(60)
-        assert writer.wait(60) == 0 and writer.stdout.read().strip() == "done"
-        assert seen == [64], "the late reader should see the writer's chunk"
-    finally:
-        for p in (holder, writer):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
+    holder = _holding(spawn(READ_HOLDER, path))
+    writer = spawn(ONE_WRITE, path, 1)
+    _wait_for_the_turnstile(path, writer, "the writer never took its write intent")
+    late, seen, errors = _in_thread(lambda: _count(path))
+    late.join(0.5)
+    assert late.is_alive(), f"a reader arriving behind a waiting writer went first (saw {seen}, {errors})"
+    _release(holder)
+    late.join(60)
+    assert writer.wait(60) == 0 and writer.stdout.read().split() == ["ready", "done"]
+    assert seen == [64] and not errors, "the late reader should see the writer's chunk"
 
 
-WRITE_HOLDER = r"""
-import sys, duckdb
-con = duckdb.connect(sys.argv[1])  # a writer in the middle of a transaction
-print("holding", flush=True)
-sys.stdin.readline()
-con.close()
-"""
-
-
-def test_a_waiting_reader_goes_before_the_writers_next_transaction(tmp_path):
+def test_a_waiting_reader_goes_before_the_writers_next_transaction(tmp_path, spawn):
     """The mirror case: an evaluation writing chunk after chunk cannot starve a dashboard query.
     A reader that found the file busy is queued, so the next write waits for it: it sees 0 rows."""
-    import subprocess
-    import sys
-    import threading
     import time
 
     path = tmp_path / "turnstile.duckdb"
     Store(path)
-    holder = subprocess.Popen([sys.executable, "-c", WRITE_HOLDER, str(path)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    writer = None
-    try:
-        assert holder.stdout.readline().strip() == "holding"
-        seen = []
-        reader = threading.Thread(target=lambda: seen.append(Store(path, create=False).rows("count_samples")[0][0]))
-        reader.start()
-        _wait_for_the_turnstile(path, holder, "the waiting reader never queued at the turnstile")
-        one_write = WRITER.replace("s = Store(sys.argv[1])", "s = Store(sys.argv[1], create=False)\nprint('ready', flush=True)")
-        writer = subprocess.Popen([sys.executable, "-c", one_write, str(path), "1"], stdout=subprocess.PIPE, text=True)
-        assert writer.stdout.readline().strip() == "ready"
-        time.sleep(1.0)  # the writer is now at the turnstile, behind the reader
-        assert writer.poll() is None and reader.is_alive()
-        holder.stdin.write("\n")
-        holder.stdin.flush()
-        reader.join(60)
-        assert writer.wait(60) == 0 and writer.stdout.read().strip() == "done"
-        assert seen == [0], "the queued reader should get in before the writer's transaction"
-        assert Store(path, create=False).rows("count_samples") == [(64,)]
-    finally:
-        for p in (holder, writer):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
+    holder = _holding(spawn(WRITE_HOLDER, path))
+    reader, seen, errors = _in_thread(lambda: _count(path))
+    _wait_for_the_turnstile(path, holder, "the waiting reader never queued at the turnstile")
+    writer = spawn(ONE_WRITE, path, 1)
+    assert writer.stdout.readline().strip() == "ready"
+    time.sleep(1.0)  # the writer is now at the turnstile, behind the reader
+    assert writer.poll() is None and reader.is_alive()
+    _release(holder)
+    reader.join(60)
+    assert writer.wait(60) == 0 and writer.stdout.read().strip() == "done"
+    assert seen == [0] and not errors, "the queued reader should get in before the writer's transaction"
+    assert _count(path) == 64
 
 
-def test_no_turnstile_file_possible_means_plain_retries(tmp_path):
+def test_no_turnstile_file_possible_means_plain_retries(tmp_path, spawn):
     """Where the turnstile cannot be created (here a dangling link; a read-only folder in use),
     a process that finds the file busy still gets in once it is free, by retrying."""
-    import subprocess
-    import sys
-    import threading
-
     path = tmp_path / "plain.duckdb"
     Store(path)
     (tmp_path / "plain.duckdb.write-intent").symlink_to(tmp_path / "missing" / "intent")
-    holder = subprocess.Popen([sys.executable, "-c", WRITE_HOLDER, str(path)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "holding"
-        got, errors = [], []
-
-        def read():
-            try:
-                got.append(Store(path, create=False).rows("count_samples")[0][0])
-            except Exception as e:  # reported below
-                errors.append(e)
-
-        reader = threading.Thread(target=read)
-        reader.start()
-        reader.join(1.0)
-        assert reader.is_alive() and not errors, errors  # waiting for the holder, not failed
-        holder.stdin.write("\n")
-        holder.stdin.flush()
-        reader.join(60)
-        assert got == [0] and not errors, errors
-        Store(path, create=False).execute("upsert_run", run_id="r", kind="eval", model="m", status="done", config={},
-                                          manifest={}, parent_run_id=None, train_step=None)
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
+    holder = _holding(spawn(WRITE_HOLDER, path))
+    reader, got, errors = _in_thread(lambda: _count(path))
+    reader.join(1.0)
+    assert reader.is_alive() and not errors, errors  # waiting for the holder, not failed
+    _release(holder)
+    reader.join(60)
+    assert got == [0] and not errors, errors
+    Store(path, create=False).execute("upsert_run", run_id="r", kind="eval", model="m", status="done", config={},
+                                      manifest={}, parent_run_id=None, train_step=None)
