@@ -31,8 +31,8 @@ TARGET_S = 1.0
 
 
 def build_store(path: Path, rows: int) -> int:
-    from prl.datasets import Problem
-    from prl.store import Store
+    from prl.data.datasets import Problem
+    from prl.store.db import Store
 
     runs = max(2, round(rows / (sum(PROBLEMS.values()) * N)))
     table = sample_table(runs)

@@ -1,7 +1,7 @@
 """Generation throughput: vLLM (``LLM.generate``) vs ``transformers.generate`` on the same model,
 prompts, n and lengths. Target (DESIGN §6): vLLM >= 3x generated tokens/s.
 
-Both engines run through ``prl.engines`` (the code the pipeline runs) with one SamplingConfig:
+Both engines run through ``prl.generation.engines`` (the code the pipeline runs) with one SamplingConfig:
 temperature 1, top_p 1, per-token log-probs on (the RL loop needs them) and ``ignore_eos``, so
 every sample is exactly as long as the workload says and both engines generate the same number
 of tokens. Engine start is timed separately and excluded from tokens/s.
@@ -69,17 +69,17 @@ def main() -> int:
 
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     from common import machine, write_json
-    from prl import task
-    from prl.engines import SamplingConfig, make_engine
-    from prl.prompts import build_prompt
+    from prl.data import synthetic as task
+    from prl.generation.engines import SamplingConfig, make_engine
+    from prl.generation.prompts import build_prompt
 
     tmp = None
     if args.model is None:
-        from prl.tiny_model import build_tiny
+        from prl.models.tiny import build_tiny
 
         tmp = tempfile.TemporaryDirectory(prefix="bench_generation_")
         model_dir = build_tiny(Path(tmp.name) / "tiny", seed=0)
-        model_desc = "embedded tiny Llama (prl.tiny_model.build_tiny, seed 0, random weights)"
+        model_desc = "embedded tiny Llama (prl.models.tiny.build_tiny, seed 0, random weights)"
     else:
         model_dir = Path(args.model)
         model_desc = str(model_dir)

@@ -35,7 +35,7 @@ WRITER_RUN = "load-writer"
 def page_calls(db: str, a: str, b: str, train: str) -> list[tuple[str, object]]:
     """(name, zero-argument call) for every query a page makes."""
     from dashboard import data
-    from prl.sql_cli import run_query
+    from prl.store.readonly import run_query
 
     return [
         ("runs", lambda: data.runs(db)),
@@ -57,7 +57,7 @@ def page_calls(db: str, a: str, b: str, train: str) -> list[tuple[str, object]]:
 def client(db: str, runs: tuple[str, str, str], seconds: float, stop, out) -> None:
     """One dashboard user: every page's queries in a loop for at least ``seconds`` and until ``stop`` is set,
     then one last round (so the writer's final rows are seen)."""
-    from prl.sql_cli import run_query
+    from prl.store.readonly import run_query
 
     calls = page_calls(db, *runs)
     lat: dict[str, list[float]] = {name: [] for name, _ in calls}
@@ -115,26 +115,23 @@ def run_clients(db: str, runs: tuple[str, str, str], clients: int, seconds: floa
 def write_waits(db: str, runs: tuple[str, str, str], clients: int, rounds: int = 12) -> dict:
     """Seconds per small write transaction (16 rows) under ``clients`` readers, the writer's turnstile on and off
     alternately (the same load for both): how long a waiting writer is kept out."""
-    from prl import store as store_mod
+    from prl.store import db as store_mod
 
     waits: dict[str, list[float]] = {"writers_first": [], "no_priority": []}
 
     def during():
-        s = store_mod.Store(db, create=False, lock_timeout_s=600)
+        stores = {m: store_mod.Store(db, create=False, lock_timeout_s=600, turnstile=m == "writers_first")
+                  for m in waits}
         time.sleep(10)  # every client in its loop
-        try:
-            for k in range(2 * rounds):
-                mode = "writers_first" if k % 2 == 0 else "no_priority"
-                store_mod.TURNSTILE = mode == "writers_first"
-                rows = [dict(run_id="load-wait", dataset="d", problem_id=f"d/{k}", sample_idx=i, response="x",
-                             extracted_answer="1", verdict="correct", score=1.0, n_tokens=5, finish_reason="stop",
-                             verify_ms=1.0) for i in range(16)]
-                t = time.perf_counter()
-                s.insert_samples(rows)
-                waits[mode].append(time.perf_counter() - t)
-                time.sleep(2)
-        finally:
-            store_mod.TURNSTILE = True
+        for k in range(2 * rounds):
+            mode = "writers_first" if k % 2 == 0 else "no_priority"
+            rows = [dict(run_id="load-wait", dataset="d", problem_id=f"d/{k}", sample_idx=i, response="x",
+                         extracted_answer="1", verdict="correct", score=1.0, n_tokens=5, finish_reason="stop",
+                         verify_ms=1.0) for i in range(16)]
+            t = time.perf_counter()
+            stores[mode].insert_samples(rows)
+            waits[mode].append(time.perf_counter() - t)
+            time.sleep(2)
 
     run_clients(db, runs, clients, 1.0, during=during)
     return {m: {"median_s": round(statistics.median(w), 3), "max_s": round(max(w), 3), "n": len(w)}
@@ -143,9 +140,8 @@ def write_waits(db: str, runs: tuple[str, str, str], clients: int, rounds: int =
 
 HOT_WRITER = r"""
 import sys
-from prl import store
-store.TURNSTILE = sys.argv[3] == "on"
-s = store.Store(sys.argv[1], create=False)
+from prl.store import db as store
+s = store.Store(sys.argv[1], create=False, turnstile=sys.argv[3] == "on")
 print("ready", flush=True)
 for chunk in range(int(sys.argv[2])):
     s.insert_samples([dict(run_id="w", dataset="d", problem_id=f"d/{chunk}", sample_idx=i, response="x" * 200,
@@ -158,30 +154,26 @@ def reader_waits(chunks: int = 150, rounds: int = 3) -> dict:
     """The mirror of :func:`write_waits`: one reader querying in a loop while a writer commits
     ``chunks`` transactions back to back, the turnstile on and off alternately (both sides).
     Per mode: read latency p50/p95/max, reads completed, and the writer's wall time."""
-    from prl import store as store_mod
+    from prl.store import db as store_mod
 
     out: dict[str, dict] = {}
     lat: dict[str, list[float]] = {"turnstile": [], "no_turnstile": []}
     wall: dict[str, list[float]] = {"turnstile": [], "no_turnstile": []}
-    try:
-        for k in range(2 * rounds):
-            mode = "turnstile" if k % 2 == 0 else "no_turnstile"
-            store_mod.TURNSTILE = mode == "turnstile"
-            path = Path(tempfile.mkdtemp(prefix="prl-hot-")) / "hot.duckdb"
-            reader = store_mod.Store(path, lock_timeout_s=600)
-            w = subprocess.Popen([sys.executable, "-c", HOT_WRITER, str(path), str(chunks),
-                                  "on" if mode == "turnstile" else "off"], cwd=HERE.parent, stdout=subprocess.PIPE, text=True)
-            assert w.stdout.readline().strip() == "ready"
-            t0 = time.perf_counter()
-            while w.poll() is None:
-                t = time.perf_counter()
-                reader.rows("count_samples")
-                lat[mode].append(time.perf_counter() - t)
-            wall[mode].append(time.perf_counter() - t0)
-            if w.wait() != 0 or reader.rows("count_samples") != [(chunks * 64,)]:
-                raise SystemExit(f"the hot writer failed ({mode}): exit {w.returncode}")
-    finally:
-        store_mod.TURNSTILE = True
+    for k in range(2 * rounds):
+        mode = "turnstile" if k % 2 == 0 else "no_turnstile"
+        path = Path(tempfile.mkdtemp(prefix="prl-hot-")) / "hot.duckdb"
+        reader = store_mod.Store(path, lock_timeout_s=600, turnstile=mode == "turnstile")
+        w = subprocess.Popen([sys.executable, "-c", HOT_WRITER, str(path), str(chunks),
+                              "on" if mode == "turnstile" else "off"], cwd=HERE.parent, stdout=subprocess.PIPE, text=True)
+        assert w.stdout.readline().strip() == "ready"
+        t0 = time.perf_counter()
+        while w.poll() is None:
+            t = time.perf_counter()
+            reader.rows("count_samples")
+            lat[mode].append(time.perf_counter() - t)
+        wall[mode].append(time.perf_counter() - t0)
+        if w.wait() != 0 or reader.rows("count_samples") != [(chunks * 64,)]:
+            raise SystemExit(f"the hot writer failed ({mode}): exit {w.returncode}")
     for mode, xs in lat.items():
         xs = sorted(xs)
         out[mode] = {"reads": len(xs), "p50_ms": _pct([x * 1e3 for x in xs], 50), "p95_ms": _pct([x * 1e3 for x in xs], 95),
@@ -199,7 +191,7 @@ def _pct(xs: list[float], p: float) -> float:
 def start_writer(db: str, model: str, problems: int, env: dict[str, str] | None = None,
                  run_id: str = WRITER_RUN) -> subprocess.Popen:
     """A real evaluation writing samples into ``db`` (chunks of 4 problems, one transaction each)."""
-    cmd = [sys.executable, "-m", "prl.cli", "eval", "--model", model, "--datasets", f"synth_test:{problems}",
+    cmd = [sys.executable, "-m", "prl_cli", "eval", "--model", model, "--datasets", f"synth_test:{problems}",
            "--n", "4", "--max-tokens", "48", "--chunk", "4", "--db", db, "--run-id", run_id,
            "--verifier-workers", "1", "--no-progress"]
     log = tempfile.TemporaryFile("w+")  # not a pipe: nobody reads it while the clients run
@@ -230,7 +222,7 @@ def main() -> dict:
     spec.loader.exec_module(bench_dashboard)
     build_store = bench_dashboard.build_store
 
-    from prl.tiny_model import build_tiny
+    from prl.models.tiny import build_tiny
 
     work = Path(tempfile.mkdtemp(prefix="prl-load-"))
     db = str(work / "store.duckdb")

@@ -1,4 +1,4 @@
-"""Calibration of the relevance score behind "suspicious passes" (prl.relevance).
+"""Calibration of the relevance score behind "suspicious passes" (prl.grading.relevance).
 
 Not a speed benchmark: it measures how well ``relevance(problem, text)`` separates a reference
 solution scored against its own problem from the same solution scored against a random other
@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, render_results_md, write_json  # noqa: E402
 
-from prl.datasets import bundled_path  # noqa: E402
-from prl.relevance import SUSPICIOUS_BELOW, relevance  # noqa: E402
+from prl.data.datasets import bundled_path  # noqa: E402
+from prl.grading.relevance import SUSPICIOUS_BELOW, relevance  # noqa: E402
 
 SOURCES = {"math500": "solution", "minerva_math": "answer", "olympiad_bench": "solution"}
 THRESHOLDS = (0.1, SUSPICIOUS_BELOW, 0.25)

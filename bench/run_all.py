@@ -30,8 +30,8 @@ def _warm_model() -> str:
     out = ROOT / "runs" / "bench" / "tiny-sft"
     if not (out / "model.safetensors").exists():
         tiny = ROOT / "runs" / "bench" / "tiny"
-        _run([sys.executable, "-m", "prl.cli", "model", "build-tiny", "--out", str(tiny)])
-        _run([sys.executable, "-m", "prl.cli", "model", "sft", "--model", str(tiny), "--out", str(out), "--steps", "300"])
+        _run([sys.executable, "-m", "prl_cli", "model", "build-tiny", "--out", str(tiny)])
+        _run([sys.executable, "-m", "prl_cli", "model", "sft", "--model", str(tiny), "--out", str(out), "--steps", "300"])
     return str(out)
 
 

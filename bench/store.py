@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, render_results_md, write_json  # noqa: E402
 
-from prl.store import SAMPLE_COLUMNS, Store  # noqa: E402
+from prl.store.db import SAMPLE_COLUMNS, Store  # noqa: E402
 
 PROBLEMS = {"math500": 500, "minerva_math": 272, "olympiad_bench": 675, "aime24": 30, "amc23": 40}
 N = 8

@@ -38,8 +38,8 @@ def main() -> dict:
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--repeats", type=int, default=9)
     args = ap.parse_args()
-    from prl.train import Trainer
-    from prl.train_config import RunConfig, TrainConfig
+    from prl.training.train import Trainer
+    from prl.training.config import RunConfig, TrainConfig
 
     with tempfile.TemporaryDirectory() as tmp:
         algos = {

@@ -27,8 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, render_results_md, write_json  # noqa: E402
 
-from prl.datasets import BENCHMARKS, load_dataset  # noqa: E402
-from prl.verifier import VerifierPool, verify_one  # noqa: E402
+from prl.data.datasets import BENCHMARKS, load_dataset  # noqa: E402
+from prl.grading.verifier import VerifierPool, verify_one  # noqa: E402
 
 REASONING = ["Let us compute step by step.", "First we simplify the expression.", "We substitute the values.",
              "Therefore, combining the cases,", "Checking the boundary conditions gives"]

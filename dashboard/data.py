@@ -1,7 +1,7 @@
 """The dashboard's data: every function takes the store path and returns DataFrames or dicts.
 
 No SQL text here or in the pages: everything goes through the store's named queries
-(``sql/queries.sql``) and ``prl.report``. Each call opens a read-only connection for its
+(``sql/queries.sql``) and ``prl.evaluation.report``. Each call opens a read-only connection for its
 queries and closes it (``prl.store``), so the app never holds the file and never blocks a flow
 that is writing; the pages cache results for a few seconds and show fresh rows on refresh.
 """
@@ -15,14 +15,14 @@ from typing import Any
 
 import pandas as pd
 
-from prl.store import Store, StoreError
+from prl.store.db import DEFAULT_STORE, Store, StoreError
 
 DB_ENV = "PRL_DB"
 
 
 def db_path() -> str:
     """The store the app shows (``prl dashboard --db PATH`` sets it)."""
-    return os.environ.get(DB_ENV, "runs/store.duckdb")
+    return os.environ.get(DB_ENV, DEFAULT_STORE)
 
 
 def open_store(db: str) -> Store:
@@ -78,7 +78,7 @@ def run_manifest(db: str, run_id: str) -> dict[str, Any]:
 
 def paper_rows() -> pd.DataFrame:
     """The paper's Tables 1 and 3 as reference rows (clearly not runs of this store)."""
-    from prl.paper import load_paper_tables
+    from prl.data.paper import load_paper_tables
 
     return pd.DataFrame([{"source": f"paper Table {p.table}", "metric": p.metric, "model": p.base_model,
                           "method": p.method, **p.scores, "5 Avg (reported)": p.reported_5avg,
@@ -94,7 +94,7 @@ def scores(db: str, run_ids: list[str], k: int) -> tuple[pd.DataFrame, pd.DataFr
     Returns (datasets, aggregates) in long form: run_id, dataset/aggregate, problems, metric,
     value, lo, hi (fractions). k is clipped to each run's n.
     """
-    from prl.report import run_scores
+    from prl.evaluation.report import run_scores
 
     store = open_store(db)
     per_ds, agg = [], []
@@ -123,7 +123,7 @@ def scores(db: str, run_ids: list[str], k: int) -> tuple[pd.DataFrame, pd.DataFr
 
 def pass_at_k_curve(db: str, run_ids: list[str]) -> pd.DataFrame:
     """Micro-averaged unbiased pass@k for every k ≤ n of each run: run_id, k, value."""
-    from prl.report import load_run, per_problem
+    from prl.evaluation.report import load_run, per_problem
     from prl_core.metrics import micro_macro
 
     store = open_store(db)
@@ -139,7 +139,7 @@ def pass_at_k_curve(db: str, run_ids: list[str]) -> pd.DataFrame:
 
 def compare(db: str, run_a: str, run_b: str) -> dict[str, Any]:
     """B vs A: per-data-set deltas with paired CIs, success-set counts, per-problem success rates."""
-    from prl.report import compare_runs
+    from prl.evaluation.report import compare_runs
 
     store = open_store(db)
     c = compare_runs(store, run_a, run_b, iters=1000)

@@ -7,7 +7,7 @@ from typing import Any, Callable
 import streamlit as st
 
 from dashboard import data
-from prl.store import StoreError
+from prl.store.db import StoreError
 
 TTL_S = 3  # cached results live a few seconds: a refresh shows what a running flow wrote since
 

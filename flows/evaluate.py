@@ -2,7 +2,7 @@
 
     load problems → register run → [per chunk: generate → verify → store] → finish run
 
-The logic is :func:`prl.evaluate.run_evaluation`; this module runs its steps as Prefect tasks.
+The logic is :func:`prl.evaluation.evaluate.run_evaluation`; this module runs its steps as Prefect tasks.
 The engine and the verifier pool are process resources opened once and passed to the chunk
 tasks, so those tasks are not cached (their inputs are live objects). Resumption comes from the
 store, not from Prefect's cache: problems that already have ``n`` samples are skipped, and each
@@ -30,9 +30,9 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.logs import log as _log
 
-from prl import evaluate as ev
-from prl import shards as sh
-from prl.store import Store
+from prl.evaluation import evaluate as ev
+from prl.evaluation import shards as sh
+from prl.store.db import Store
 
 
 

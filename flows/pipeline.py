@@ -26,7 +26,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.logs import log as _log
 
-from prl.datasets import BENCHMARKS, SYNTHETIC
+from prl.data.datasets import BENCHMARKS, SYNTHETIC
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class PipelineConfig:
     """Task runner of the evaluations: 'local' (in this process) or 'ray' (shards on a local Ray runtime)."""
 
     def __post_init__(self):
-        from prl.sft import SFTConfig
+        from prl.training.sft import SFTConfig
 
         SFTConfig(direct_frac=self.direct_frac)  # the same check, before any work starts
         rollouts = self.prompts_per_step * self.n_samples
@@ -121,7 +121,7 @@ def _cached(step, marker: str, cfg: PipelineConfig, *args):
 @task(name="prepare-data", cache_key_fn=_inputs_key("seed"), persist_result=True, retries=1)
 def prepare_data(cfg: PipelineConfig) -> dict[str, str]:
     """The synthetic task's splits as JSONL (the training loop draws the same problems from the seed)."""
-    from prl import task as synth
+    from prl.data import synthetic as synth
 
     out = Path(cfg.out_dir) / "data"
     test = synth.write_jsonl(synth.generate("test", synth.TEST_SIZE, seed=cfg.seed), out / "synth_test.jsonl")
@@ -132,7 +132,7 @@ def prepare_data(cfg: PipelineConfig) -> dict[str, str]:
 
 @task(name="build-model", cache_key_fn=_inputs_key("seed"), persist_result=True, retries=1)
 def build_model(cfg: PipelineConfig) -> str:
-    from prl.tiny_model import build_tiny
+    from prl.models.tiny import build_tiny
 
     path = build_tiny(Path(cfg.out_dir) / "models" / "tiny", seed=cfg.seed)
     _log(f"tiny model built from seed {cfg.seed}: {path}")
@@ -141,7 +141,7 @@ def build_model(cfg: PipelineConfig) -> str:
 
 @task(name="warm-start", cache_key_fn=_inputs_key("seed", "sft_steps", "direct_frac"), persist_result=True)
 def warm_start(cfg: PipelineConfig, model: str) -> str:
-    from prl.sft import SFTConfig, run_sft
+    from prl.training.sft import SFTConfig, run_sft
 
     out = Path(cfg.out_dir) / "models" / "tiny-sft"
     report = run_sft(model, out, SFTConfig(steps=cfg.sft_steps, seed=cfg.seed, direct_frac=cfg.direct_frac), log=_log)
@@ -152,7 +152,7 @@ def warm_start(cfg: PipelineConfig, model: str) -> str:
 
 def train_config(cfg: PipelineConfig, estimator: str, model: str):
     """The RL run of one estimator; PRL and GRPO differ only in the algorithm section."""
-    from prl.train_config import RunConfig, TrainConfig
+    from prl.training.config import RunConfig, TrainConfig
     from prl_core.config import AlgorithmConfig
 
     algo = (AlgorithmConfig(estimator="prl", eta=cfg.eta, step_split=cfg.step_split, n_samples=cfg.n_samples)
@@ -184,7 +184,7 @@ def train_model(rc) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")}
     _log(f"training {rc.train.run_id} ({rc.algorithm.estimator}, {rc.train.steps} steps) → {out}; config {config}")
-    proc = subprocess.run([sys.executable, "-m", "prl.train", "--config", str(config), "--resume"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "prl.training.train", "--config", str(config), "--resume"], env=env,
                           stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"training {rc.train.run_id} failed (exit {proc.returncode}); rerun the pipeline to "
@@ -196,7 +196,7 @@ def train_model(rc) -> dict[str, Any]:
 
 
 def eval_config(cfg: PipelineConfig, name: str, model: str):
-    from prl.evaluate import EvalConfig
+    from prl.evaluation.config import EvalConfig
 
     return EvalConfig(model=model, datasets=cfg.eval_datasets(), n=cfg.eval_n, db=cfg.store,
                       run_id=f"{Path(cfg.out_dir).name}-eval-{name}", engine=cfg.engine, max_tokens=cfg.max_tokens,
@@ -220,8 +220,8 @@ def render_styles(styles: dict[str, dict | None]) -> str:
 @task(name="report", cache_policy=NO_CACHE)
 def report(cfg: PipelineConfig, runs: dict[str, str]) -> dict[str, Any]:
     """Scores of the three models and the paired comparisons on the held-out synthetic set."""
-    from prl.report import compare_runs, render_comparison, render_scores, run_scores
-    from prl.store import Store
+    from prl.evaluation.report import compare_runs, render_comparison, render_scores, run_scores
+    from prl.store.db import Store
 
     store = Store(cfg.store, create=False)
     scores = {name: run_scores(store, run_id) for name, run_id in runs.items()}

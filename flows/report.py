@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from prl.report import report
-from prl.store import Store
+from prl.evaluation.report import report
+from prl.store.db import DEFAULT_STORE, Store
 
 
 @flow(name="report", log_prints=False)
-def report_flow(db: str = "runs/store.duckdb", runs: list[str] | None = None, k: list[int] | None = None) -> str:
+def report_flow(db: str = DEFAULT_STORE, runs: list[str] | None = None, k: list[int] | None = None) -> str:
     """Scores of ``runs`` (default: every run with samples) and the paired comparison of the first two."""
     text = report(Store(db, create=False), runs, k)
     get_run_logger().info("\n" + text)

@@ -1,11 +1,11 @@
 """The ``train`` flow: PRL (or GRPO, Dr.GRPO, RAFT) training on DeepSpeed with every step in the store.
 
-The loop is :class:`prl.train.Trainer`; this flow runs each phase of a step (rollout, verify,
+The loop is :class:`prl.training.train.Trainer`; this flow runs each phase of a step (rollout, verify,
 log-probs, update, checkpoint) as a Prefect task and each periodic evaluation as the
 ``evaluate`` subflow, so the Prefect UI shows where time goes. Phases are not cached or
 retried by Prefect: they change the model; resumption is DeepSpeed's checkpoint (``resume``).
 
-Single process. Several processes: ``deepspeed --num_gpus N --module prl.train --config FILE``.
+Single process. Several processes: ``deepspeed --num_gpus N --module prl.training.train --config FILE``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.logs import log as _log
 
-from prl.train import Trainer
-from prl.train_config import RunConfig
+from prl.training.train import Trainer
+from prl.training.config import RunConfig
 
 
 

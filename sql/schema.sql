@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS samples (
     n_tokens         INTEGER,
     finish_reason    VARCHAR,
     verify_ms        DOUBLE,
-    relevance        DOUBLE,                 -- share of the problem's content terms the reasoning uses (prl.relevance)
+    relevance        DOUBLE,                 -- share of the problem's content terms the reasoning uses (prl.grading.relevance)
     answer_only      BOOLEAN,                -- the response is (almost) nothing but its final answer
     PRIMARY KEY (run_id, dataset, problem_id, sample_idx)
 );
@@ -96,7 +96,7 @@ FROM problem_outcomes
 GROUP BY run_id, dataset;
 
 -- Correct samples that hardly refer to their problem (the paper's Appendix-C case: right answer,
--- reasoning about something else) or give only an answer. Thresholds: prl.relevance.SUSPICIOUS_BELOW.
+-- reasoning about something else) or give only an answer. Thresholds: prl.grading.relevance.SUSPICIOUS_BELOW.
 CREATE OR REPLACE VIEW suspicious_passes AS
 SELECT s.run_id, s.dataset, s.problem_id, s.sample_idx, s.relevance, s.answer_only, s.extracted_answer,
        s.n_tokens, s.response

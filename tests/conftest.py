@@ -26,7 +26,7 @@ def _seed():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """The embedded tiny model with random weights, built once per test session (~4 s)."""
-    from prl.tiny_model import build_tiny
+    from prl.models.tiny import build_tiny
 
     return build_tiny(tmp_path_factory.mktemp("tiny") / "model", seed=0)
 
@@ -46,7 +46,7 @@ WARM_SFT_STEPS = 300  # ~2 min on 2 idle cores (600 steps is the default); measu
 @pytest.fixture(scope="session")
 def warm_model(tiny_model_dir, tmp_path_factory):
     """(directory, report) of the tiny model warm-started on the synthetic task, once per session."""
-    from prl.sft import run_sft
+    from prl.training.sft import run_sft
 
     out = tmp_path_factory.mktemp("sft") / "model"
     report = run_sft(tiny_model_dir, out, WARM_SFT, log=lambda *_: None)
@@ -54,7 +54,7 @@ def warm_model(tiny_model_dir, tmp_path_factory):
 
 
 def _warm_sft():
-    from prl.sft import SFTConfig
+    from prl.training.sft import SFTConfig
 
     return SFTConfig(steps=WARM_SFT_STEPS, eval_size=100, seed=0)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from prl.datasets import Problem
-from prl.store import Store
+from prl.data.datasets import Problem
+from prl.store.db import Store
 
 SCRIPT = "<script>document.title='pwned'</script><b>bold</b> **not markdown** \\boxed{7}"
 

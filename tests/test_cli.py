@@ -6,10 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PRL = [sys.executable, "-m", "prl.cli"]
+PRL = [sys.executable, "-m", "prl_cli"]
 
 
 def run(*args):
@@ -63,7 +62,7 @@ def test_report_flags_the_one_paper_row():
 def test_every_subcommand_help_explains_defaults_and_gives_an_example():
     import argparse
 
-    from prl.cli import build_parser
+    from prl_cli.main import build_parser
 
     def leaves(parser, path=()):
         subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]

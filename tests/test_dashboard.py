@@ -188,7 +188,7 @@ def test_sql_page_runs_reads_and_refuses_writes(page):
 def test_empty_and_missing_stores_say_so(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from prl.store import Store
+    from prl.store.db import Store
 
     monkeypatch.setenv(data.DB_ENV, str(tmp_path / "missing.duckdb"))
     for name in ("runs", "scores", "training"):
@@ -205,7 +205,7 @@ def test_empty_and_missing_stores_say_so(tmp_path, monkeypatch):
 
 WRITER = r"""
 import sys
-from prl.store import Store
+from prl.store.db import Store
 s = Store(sys.argv[1], create=False)
 for chunk in range(40):
     s.insert_samples([dict(run_id="live", dataset="math500", problem_id=f"math500/{chunk}", sample_idx=i,
@@ -219,7 +219,7 @@ def test_pages_work_while_a_flow_writes(tmp_path, monkeypatch):
     """A real writer process inserts samples while the pages' queries run: no lock errors, fresh rows."""
     from streamlit.testing.v1 import AppTest
 
-    from prl.store import Store
+    from prl.store.db import Store
 
     db = seed(tmp_path / "busy.duckdb")
     Store(db).execute("upsert_run", run_id="live", kind="eval", model="m", status="running", config={}, manifest={},
@@ -272,7 +272,7 @@ def test_real_browser_renders_every_page(db):
     artifacts = ROOT / "artifacts" / "screenshots"
     artifacts.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "prl.cli", "dashboard", "--db", db, "--port", str(port)],
+    server = subprocess.Popen([sys.executable, "-m", "prl_cli", "dashboard", "--db", db, "--port", str(port)],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     opts = webdriver.ChromeOptions()
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from prl.datasets import (
+from prl.data.datasets import (
     BENCHMARKS, DatasetError, e_notation_to_latex, last_boxed, load_dataset, load_file, normalize_gold,
 )
 
@@ -76,7 +76,7 @@ def test_raw_only_golds_are_flagged():
 
 
 def test_gold_flag_reasons():
-    from prl.datasets import gold_flag
+    from prl.data.datasets import gold_flag
 
     assert gold_flag("\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}") == "parse_drops_symbols"
     assert gold_flag("-1./3") == "raw_only"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from prl.store import Store
+from prl.store.db import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
@@ -29,7 +29,7 @@ def test_full_demo(tmp_path, prefect_harness):
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
     env["PREFECT_API_URL"] = PREFECT_API_URL.value()
     out = tmp_path / "demo"
-    r = subprocess.run([sys.executable, "-m", "prl.cli", "demo", "--out", str(out), "--no-progress"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "prl_cli", "demo", "--out", str(out), "--no-progress"], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=1700)
     assert r.returncode == 0, r.stderr[-4000:]
     assert f"open the dashboard:  prl dashboard --db {out / 'store.duckdb'}" in r.stdout

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from prl import task
-from prl.engines import EngineError, PromptError, Sample, SamplingConfig, make_engine
-from prl.engines.base import prompt_seeds
-from prl.generate import GenerateInputError, add_cli, main as generate_main, manifest_path, read_problems, run_generate
-from prl.tiny_model import TinyModelSpec, build_tiny
+from prl.data import synthetic as task
+from prl.generation.engines import EngineError, PromptError, Sample, SamplingConfig, make_engine
+from prl.generation.engines.base import prompt_seeds
+from prl.generation.generate import GenerateInputError, add_cli, main as generate_main, manifest_path, read_problems, run_generate
+from prl.models.tiny import TinyModelSpec, build_tiny
 
 LOGPROB_TOL = 1e-4
 CONTEXT = 512  # max_position_embeddings of the tiny model these tests build

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from procs import kill_when
 
-from prl.evaluate import EvalConfig, EvalError
-from prl.store import Store
+from prl.evaluation.config import EvalConfig, EvalError
+from prl.store.db import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,7 +102,7 @@ def test_sigkill_mid_run_then_resume_gives_exact_counts(tiny_model_dir, tmp_path
     completes the run with exactly n samples per problem and no duplicates."""
     db = tmp_path / "store.duckdb"
     n, limit, chunk = 4, 48, 4
-    cmd = [sys.executable, "-m", "prl.cli", "eval", "--model", str(tiny_model_dir), "--datasets", "synth_test,amc23",
+    cmd = [sys.executable, "-m", "prl_cli", "eval", "--model", str(tiny_model_dir), "--datasets", "synth_test,amc23",
            "--n", str(n), "--limit", str(limit // 2), "--max-tokens", "48", "--chunk", str(chunk), "--db", str(db),
            "--run-id", "killme", "--no-progress"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -125,7 +125,7 @@ def test_sigkill_mid_run_then_resume_gives_exact_counts(tiny_model_dir, tmp_path
                            "where run_id = 'killme'").fetchall() == [(limit * n, limit * n)]
     assert store.rows("get_run", run_id="killme")[0][4] == "finished"
 
-    report = subprocess.run([sys.executable, "-m", "prl.cli", "report", "--db", str(db)], cwd=ROOT, env=env,
+    report = subprocess.run([sys.executable, "-m", "prl_cli", "report", "--db", str(db)], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=120)
     assert report.returncode == 0, report.stderr[-2000:]
     assert "run killme: 48 problems, n=4" in report.stdout and "micro" in report.stdout

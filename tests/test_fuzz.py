@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prl.datasets import DATASETS, DatasetError, last_boxed, load_file, normalize_gold
-from prl.verifier import VERDICTS, VerifierPool, extract_answer
+from prl.data.datasets import DATASETS, DatasetError, last_boxed, load_file, normalize_gold
+from prl.grading.verifier import VERDICTS, VerifierPool, extract_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIED: Counter = Counter()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from prl.store import Store
+from prl.store.db import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 

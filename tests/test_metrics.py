@@ -68,7 +68,7 @@ def test_bootstrap_and_paired_tests():
 
 
 def test_paper_tables_reproduce_except_exactly_one_row():
-    from prl.paper import load_paper_tables
+    from prl.data.paper import load_paper_tables
 
     rows = load_paper_tables()
     assert len(rows) == 28

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from prl.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")

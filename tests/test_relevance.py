@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, strategies as st
 
-from prl.relevance import answer_only, is_suspicious_pass, reasoning_part, relevance, terms
+from prl.grading.relevance import answer_only, is_suspicious_pass, reasoning_part, relevance, terms
 
 
 def test_terms_are_numbers_and_content_words():

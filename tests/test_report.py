@@ -9,10 +9,9 @@ import math
 import random
 
 import pytest
-import torch
 
-from prl.report import ReportError, compare_runs, render_comparison, render_scores, report, run_scores
-from prl.store import Store
+from prl.evaluation.report import ReportError, compare_runs, render_comparison, render_scores, report, run_scores
+from prl.store.db import Store
 
 
 def _rows(run, outcomes):

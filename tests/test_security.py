@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from prl.sql_cli import QueryRefused, run_query
-from prl.store import Store
-from prl.verifier import VERDICTS, VerifierPool
+from prl.store.readonly import QueryRefused, run_query
+from prl.store.db import Store
+from prl.grading.verifier import VERDICTS, VerifierPool
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [p for d in ("prl", "prl_core", "flows", "dashboard") for p in (ROOT / d).rglob("*.py")]
@@ -49,7 +49,7 @@ def test_model_text_that_is_code_is_never_executed_by_the_verifier(tmp_path):
 
 
 def test_dataset_text_is_data(tmp_path):
-    from prl.datasets import load_dataset
+    from prl.data.datasets import load_dataset
 
     marker = tmp_path / "pwned"
     f = tmp_path / "evil.jsonl"
@@ -60,7 +60,7 @@ def test_dataset_text_is_data(tmp_path):
 
 
 def test_config_files_cannot_construct_python_objects(tmp_path):
-    from prl.train_config import ConfigError, RunConfig
+    from prl.training.config import ConfigError, RunConfig
 
     marker = tmp_path / "pwned"
     f = tmp_path / "evil.yaml"
@@ -161,7 +161,7 @@ def test_the_external_access_setting_is_locked(db):
 
 
 def test_dashboard_binds_to_localhost_unless_told(monkeypatch):
-    from prl import cli
+    from prl_cli import main as cli
 
     seen = {}
     monkeypatch.setattr(os, "execv", lambda exe, cmd: seen.setdefault("cmd", cmd))

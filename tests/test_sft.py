@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from prl.sft import SFTConfig, greedy_accuracy, held_out_records, run_sft
+from prl.training.sft import SFTConfig, held_out_accuracy, held_out_records
 
 pytestmark = pytest.mark.e2e
 
@@ -35,7 +35,7 @@ def test_saved_and_reloaded_model_keeps_its_accuracy(warm):
     out, report = warm
     model = AutoModelForCausalLM.from_pretrained(str(out))
     tok = AutoTokenizer.from_pretrained(str(out))
-    assert greedy_accuracy(model, tok, held_out_records(CFG)) == report["accuracy_after_greedy"]
+    assert held_out_accuracy(model, tok, held_out_records(CFG)) == report["accuracy_after_greedy"]
 
 
 def test_report_records_what_reproduces_the_run(warm):
@@ -48,8 +48,8 @@ def test_report_records_what_reproduces_the_run(warm):
 def test_direct_frac_writes_that_share_of_solutions_without_the_working(tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from prl import task
-    from prl.sft import _examples
+    from prl.data import synthetic as task
+    from prl.training.sft import _examples
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     records = task.generate("train", 400, seed=0)

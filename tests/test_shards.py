@@ -10,11 +10,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from prl.datasets import load_dataset
-from prl.evaluate import EvalConfig, EvalError, Steps, run_evaluation
-from prl.shards import (ShardError, ingest_shard, leftover_shards, plan_shards, read_shard, shard_dir,
+from prl.data.datasets import load_dataset
+from prl.evaluation.config import EvalConfig, EvalError
+from prl.evaluation.evaluate import Steps, run_evaluation
+from prl.evaluation.shards import (ShardError, ingest_shard, leftover_shards, plan_shards, read_shard, shard_dir,
                         write_shard)
-from prl.store import SAMPLE_COLUMNS, Store
+from prl.store.db import SAMPLE_COLUMNS, Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,7 +132,7 @@ def test_prl_eval_on_a_local_ray_runtime_matches_the_in_process_run(tiny_model_d
     args = ["--model", str(tiny_model_dir), "--datasets", "synth_test:12,math500:4", "--n", "2",
             "--max-tokens", "24", "--run-id", "r", "--no-progress", "--verifier-workers", "1"]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PREFECT_LOGGING_LEVEL": "INFO"}
-    cmd = [sys.executable, "-m", "prl.cli", "eval", *args, "--db", str(db), "--task-runner", "ray",
+    cmd = [sys.executable, "-m", "prl_cli", "eval", *args, "--db", str(db), "--task-runner", "ray",
            "--ray-cpus", "2", "--shard-problems", "8"]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -142,7 +143,7 @@ def test_prl_eval_on_a_local_ray_runtime_matches_the_in_process_run(tiny_model_d
     assert done.stderr.count("Starting temporary server") == 1  # the workers report to the driver's server
     assert len(leftover_shards(tmp_path / "shards" / "r")) == 2
 
-    ref = subprocess.run([sys.executable, "-m", "prl.cli", "eval", *args, "--db", str(ref_db)], cwd=ROOT,
+    ref = subprocess.run([sys.executable, "-m", "prl_cli", "eval", *args, "--db", str(ref_db)], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=600)
     assert ref.returncode == 0, ref.stderr[-3000:]
     assert _samples(db, "r") == _samples(ref_db, "r") and len(_samples(db, "r")) == 32

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from prl.sql_cli import QueryRefused, run_query
-from prl.store import Store
+from prl.store.readonly import QueryRefused, run_query
+from prl.store.db import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,11 +62,11 @@ def test_long_queries_are_cut_off(db):
 
 
 def test_cli_formats(db):
-    r = subprocess.run([sys.executable, "-m", "prl.cli", "sql", "--db", str(db), "--format", "json",
+    r = subprocess.run([sys.executable, "-m", "prl_cli", "sql", "--db", str(db), "--format", "json",
                         "select problem_id, response from samples order by 1 limit 1"], capture_output=True, text=True,
                        cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == [{"problem_id": "a/0", "response": "<script>x</script>"}]
-    r = subprocess.run([sys.executable, "-m", "prl.cli", "sql", "--db", str(db), "drop table samples"],
+    r = subprocess.run([sys.executable, "-m", "prl_cli", "sql", "--db", str(db), "drop table samples"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2 and "error: sql:" in r.stderr

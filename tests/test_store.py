@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prl.store import Store, load_queries
+from prl.store.db import Store, load_queries
 
 
 def sample(run, ds, pid, idx, verdict, **kw):
@@ -104,7 +104,7 @@ def test_insert_samples_is_bulk_and_typed(store):
 
 WRITER = r"""
 import sys, time
-from prl.store import Store
+from prl.store.db import Store
 s = Store(sys.argv[1])
 for chunk in range(int(sys.argv[2])):
     s.insert_samples([dict(run_id="w", dataset="d", problem_id=f"d/{chunk}", sample_idx=i, response="x" * 200,
@@ -146,7 +146,7 @@ def test_a_store_held_open_too_long_names_the_holder(tmp_path):
     import subprocess
     import sys
 
-    from prl.store import StoreLocked
+    from prl.store.db import StoreLocked
 
     path = tmp_path / "held.duckdb"
     Store(path)

@@ -9,12 +9,11 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 import torch
 
-from prl import task
-from prl.prompts import build_prompt
-from prl.tiny_model import build_tiny, check_tokenizer_round_trip, file_hashes
+from prl.data import synthetic as task
+from prl.generation.prompts import build_prompt
+from prl.models.tiny import build_tiny, check_tokenizer_round_trip, file_hashes
 
 
 def test_same_seed_gives_byte_identical_files(tiny_model_dir, tmp_path):
@@ -75,7 +74,7 @@ DEEPSPEED_SCRIPT = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist
     dist.init_process_group("gloo")
     import deepspeed
-    from prl.train import without_cpu_shm_comm_op
+    from prl.training.train import without_cpu_shm_comm_op
     without_cpu_shm_comm_op()
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)

@@ -15,9 +15,9 @@ import torch
 import yaml
 from procs import kill_when
 
-from prl.store import Store
-from prl.train import pack, prompt_indices, response_logprobs
-from prl.train_config import RunConfig, TrainConfig, train_from_dict
+from prl.store.db import Store
+from prl.training.train import pack, prompt_indices, response_logprobs
+from prl.training.config import RunConfig, TrainConfig, train_from_dict
 from prl_core.config import AlgorithmConfig, ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ METRIC_NAMES_PPO = {"reward/mean", "reward/accuracy", "reward/all_equal_group_fr
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs" / "train").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_validate(path):
-    from prl.train import ds_config
+    from prl.training.train import ds_config
 
     cfg = RunConfig.from_yaml(path)
     world = 4 if "paper" in path.name else 1
@@ -106,7 +106,7 @@ def test_response_logprobs_match_a_per_row_forward(tiny_model_dir):
 
 def _easy_problems(tmp_path) -> str:
     """Level-1 and -2 problems of the synthetic training split, where the warm start has mixed rewards."""
-    from prl import task
+    from prl.data import synthetic as task
 
     path = tmp_path / "easy.jsonl"
     if not path.exists():
@@ -144,7 +144,7 @@ def _metrics(db, run_id):
 @pytest.fixture(scope="module")
 def trained(warm_model, tmp_path_factory):
     """Two steps of each estimator from the same warm start and seed (in-process, hf rollouts)."""
-    from prl.train import Trainer
+    from prl.training.train import Trainer
 
     model, _ = warm_model
     tmp = tmp_path_factory.mktemp("train")
@@ -247,7 +247,7 @@ def test_sigkill_mid_run_then_resume(warm_model, tmp_path):
                   steps=6, checkpoint_every=2, engine="vllm", max_tokens=32)
     db = str(tmp_path / "store.duckdb")
     env = _clean_env()
-    cmd = [sys.executable, "-m", "prl.cli", "train", "--config", str(cfg), "--no-progress"]
+    cmd = [sys.executable, "-m", "prl_cli", "train", "--config", str(cfg), "--no-progress"]
     kill_when(cmd, lambda: len(_metrics(db, "killed")) >= 3, cwd=ROOT, env=env, timeout_s=400, poll_s=0.1)
     steps_before = sorted(_metrics(db, "killed"))
     assert steps_before[:3] == [1, 2, 3]
@@ -272,7 +272,7 @@ def test_world_size_two_under_the_deepspeed_launcher(warm_model, tmp_path):
                   steps=2, prompts_per_step=4, mini_batch_size=8, micro_batch_size=4)
     env = {**_clean_env(), "DS_ACCELERATOR": "cpu"}
     launcher = str(Path(sys.executable).parent / "deepspeed")
-    r = subprocess.run([launcher, "--num_gpus", "2", "--master_port", "29517", "--module", "prl.train",
+    r = subprocess.run([launcher, "--num_gpus", "2", "--master_port", "29517", "--module", "prl.training.train",
                         "--config", str(cfg)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     db = str(tmp_path / "store.duckdb")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from prl import task
-from prl.verifier import VerifierPool, verify_one
+from prl.data import synthetic as task
+from prl.grading.verifier import VerifierPool, verify_one
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,7 +53,7 @@ def test_gold_cache_keeps_parsed_golds_and_changes_no_verdict():
 
 
 def test_gold_queue_keeps_each_worker_on_its_gold_and_all_workers_busy():
-    from prl.verifier import _GoldQueue
+    from prl.grading.verifier import _GoldQueue
 
     pairs = [(f"r{i}", g) for i, g in enumerate("AAABBBC")]
     q = _GoldQueue(list(range(7)), pairs, workers=2)
@@ -100,7 +100,7 @@ def test_poisoned_responses_cost_only_their_own_verdict():
 
 
 def test_verify_cli_explains_a_verdict():
-    r = subprocess.run([sys.executable, "-m", "prl.cli", "verify", "--dataset", "minerva_math",
+    r = subprocess.run([sys.executable, "-m", "prl_cli", "verify", "--dataset", "minerva_math",
                         "--gold", "The mass is $\\boxed{4.5e33}$ g", "--response", "It is \\boxed{4.5\\times10^{33}}"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -10,11 +10,11 @@ import streamlit as st  # noqa: E402
 
 from dashboard import ui  # noqa: E402
 
-from prl.sql_cli import QueryRefused, run_query  # noqa: E402
+from prl.store.readonly import QueryRefused, run_query  # noqa: E402
 
 st.title("SQL (read-only)")
 
-from prl.store import load_queries, sql_dir  # noqa: E402
+from prl.store.db import load_queries, sql_dir  # noqa: E402
 
 EXAMPLES = {name.replace("_", " "): q for name, q in load_queries(sql_dir() / "examples.sql").items() if name != "schema"}
 SCHEMA = load_queries(sql_dir() / "examples.sql")["schema"]

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from chain import ROOT
-from prl.store import Store
+from prl.store.db import Store
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def _fill(disk: Path, leave_bytes: int = 64 * 1024) -> Path:
 
 
 def test_shard_on_a_full_disk_fails_by_name_and_leaves_nothing_half_written(small_disk, tmp_path):
-    from prl.shards import ShardError, ingest_shard, write_shard
+    from prl.evaluation.shards import ShardError, ingest_shard, write_shard
 
     db = tmp_path / "store.duckdb"
     rows = [{"run_id": "r", "dataset": "d", "problem_id": f"p{i}", "sample_idx": 0, "response": os.urandom(600).hex(),
@@ -95,7 +95,7 @@ def test_checkpoint_on_a_full_disk_then_a_corrupt_checkpoint(tiny_model_dir, tmp
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
                                                               "MASTER_PORT", "LOCAL_WORLD_SIZE")}
     env["OMP_NUM_THREADS"] = "1"
-    cmd = [sys.executable, "-m", "prl.train", "--config", str(cfg)]
+    cmd = [sys.executable, "-m", "prl.training.train", "--config", str(cfg)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     latest = small_disk / "ckpt" / "latest"
     deadline = time.monotonic() + 600

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from chain import KILLS, ROOT, Segment, kill_chain, write_report
-from prl.store import Store
+from prl.store.db import Store
 
 pytestmark = pytest.mark.e2e
 
@@ -39,7 +39,7 @@ def test_eval_killed_at_random_points(tiny_model_dir, tmp_path, cli_env):
     import time
 
     n, problems = 2, 160
-    args = [sys.executable, "-m", "prl.cli", "eval", "--model", str(tiny_model_dir), "--datasets",
+    args = [sys.executable, "-m", "prl_cli", "eval", "--model", str(tiny_model_dir), "--datasets",
             f"synth_test:{problems}", "--n", str(n), "--max-tokens", "32", "--chunk", "4", "--run-id", "e",
             "--verifier-workers", "1", "--no-progress"]
     ref_db = tmp_path / "ref.duckdb"
@@ -139,7 +139,7 @@ def test_train_killed_at_random_points(tiny_model_dir, tmp_path, cli_env):
             return {"rows_expected": steps * len(full), "rows_lost": steps * len(full) - got, "rows_extra": 0,
                     "duplicates": dup}
 
-        return Segment([sys.executable, "-m", "prl.cli", "train", "--config", str(cfg), "--resume", "--no-progress"],
+        return Segment([sys.executable, "-m", "prl_cli", "train", "--config", str(cfg), "--resume", "--no-progress"],
                        after_kill, final)
 
     record = kill_chain("train", segment, kills=KILLS, seed=11, delay=(6.0, 40.0), env=cli_env)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from chain import PIPELINE_KILLS, Segment, kill_chain, write_report
-from prl.store import Store
+from prl.store.db import Store
 
 pytestmark = pytest.mark.e2e
 
@@ -87,7 +87,7 @@ def test_pipeline_killed_at_random_points(tmp_path, cli_env):
             return {"rows_expected": expected, "rows_lost": expected - got, "rows_extra": 0,
                     "duplicates": s["duplicates"]}
 
-        cmd = [sys.executable, "-m", "prl.cli", "demo", "--small", "--out", str(out), "--engine", "hf", "--no-progress"]
+        cmd = [sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--engine", "hf", "--no-progress"]
         return Segment(cmd, after_kill, final)
 
     record = kill_chain("pipeline", segment, kills=PIPELINE_KILLS, seed=23, delay=(10.0, 90.0), env=cli_env,

@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-from prl.verifier import VerifierPool, verify_one
+from prl.grading.verifier import VerifierPool, verify_one
 
 PAIRS = [(f"Step one.\n\nThe answer is \\boxed{{{i % 7}}}.", str(i % 5)) for i in range(3000)]
 

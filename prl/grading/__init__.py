@@ -1,0 +1,2 @@
+"""Grading: Math-Verify verdicts (``verifier``: the verdict names, worker pool, cache) and the
+problem-relevance score behind suspicious passes (``relevance``)."""

@@ -1,0 +1,289 @@
+"""Answer verification with Math-Verify, with every failure named (DESIGN §3).
+
+Each (response, gold) gets one verdict:
+
+    correct | wrong | no_answer | timeout | gold_unparsable | error
+
+plus the extracted answer and the time it took. Math-Verify's own timeouts use SIGALRM, which
+works only in a process's main thread, and its defaults fold "no answer", "timeout" and "wrong"
+into one 0: here ``parse``/``verify`` run with ``raise_on_error=True`` in the main thread of
+worker processes. :class:`VerifierPool` adds what Math-Verify cannot: a hard wall-clock kill
+(a worker that overruns is SIGKILLed and replaced, its item scored ``timeout``), a memory cap
+per worker (``RLIMIT_AS``; an item that exhausts it is scored ``error``), and a cache keyed on
+(extracted answer string, normalised gold). One poisoned response costs its own verdict only.
+No code path evaluates response text.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+
+from prl.data.datasets import last_boxed
+
+VERDICTS = ("correct", "wrong", "no_answer", "timeout", "gold_unparsable", "error")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    extracted: str | None
+    gold: str
+    ms: float
+    detail: str = ""
+
+    @property
+    def score(self) -> float:
+        return 1.0 if self.verdict == "correct" else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "score": self.score}
+
+
+def extract_answer(response: str) -> str | None:
+    """The string the cache keys on: the last ``\\boxed{}`` content, else None."""
+    boxed = last_boxed(response)
+    return boxed if boxed is not None else None
+
+
+_GOLD_CACHE_SIZE = 4096  # parsed golds a worker keeps (a benchmark has at most a few thousand)
+
+
+def verify_one(response: str, gold: str, *, timeout_s: int = 5, gold_cache: dict | None = None) -> Verdict:
+    """Verify in this process (must be a main thread: Math-Verify's timeouts use SIGALRM).
+
+    ``gold_cache``: gold string → its parse, kept by the caller across calls (a pool worker keeps
+    one). A problem's n samples share one gold, and parsing a benchmark gold is most of the cost
+    of a short answer (bench/verify.py: 62%); only successful parses are kept.
+    """
+    from math_verify import parse, verify
+    from math_verify.errors import TimeoutException
+
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int) or timeout_s < 1:
+        raise ValueError(f"timeout_s: must be an integer >= 1 (Math-Verify silently ignores fractions), got {timeout_s!r}")
+    t0 = time.perf_counter()
+    extracted = extract_answer(response)
+
+    def done(verdict: str, detail: str = "") -> Verdict:
+        return Verdict(verdict, extracted, gold, (time.perf_counter() - t0) * 1e3, detail)
+
+    gold_parsed = gold_cache.get(gold) if gold_cache is not None else None
+    if gold_parsed is None:
+        try:
+            gold_parsed = parse("\\boxed{" + gold + "}", parsing_timeout=timeout_s, raise_on_error=True)
+        except TimeoutException:
+            return done("gold_unparsable", "gold parse timed out")
+        except Exception as e:  # noqa: BLE001 - reported, never raised
+            return done("gold_unparsable", f"{type(e).__name__}: {e}"[:300])
+        if not gold_parsed:
+            return done("gold_unparsable", "Math-Verify extracted nothing from the gold")
+        if gold_cache is not None:
+            if len(gold_cache) >= _GOLD_CACHE_SIZE:
+                gold_cache.pop(next(iter(gold_cache)))  # oldest first
+            gold_cache[gold] = gold_parsed
+    try:
+        pred = parse(response, parsing_timeout=timeout_s, raise_on_error=True)
+    except TimeoutException:
+        return done("timeout", "answer parse timed out")
+    except Exception as e:  # noqa: BLE001
+        return done("error", f"{type(e).__name__}: {e}"[:300])
+    if not pred:
+        return done("no_answer")
+    if extracted is None:
+        extracted = str(pred[-1])
+    try:
+        ok = verify(gold_parsed, pred, timeout_seconds=timeout_s, raise_on_error=True)
+    except TimeoutException:
+        return done("timeout", "verify timed out")
+    except Exception as e:  # noqa: BLE001
+        return done("error", f"{type(e).__name__}: {e}"[:300])
+    return done("correct" if ok else "wrong")
+
+
+# ─── the pool ───────────────────────────────────────────────────────────────────────────────
+
+def _worker(conn, timeout_s: int, memory_mb: int) -> None:
+    import math_verify  # noqa: F401 - import (~1 s) while the parent prepares the batch
+
+    if memory_mb:
+        import resource
+
+        limit = memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    gold_cache: dict = {}
+    while True:
+        try:
+            item = conn.recv()
+        except EOFError:
+            return
+        if item is None:
+            return
+        response, gold = item
+        try:
+            v = verify_one(response, gold, timeout_s=timeout_s, gold_cache=gold_cache)
+        except MemoryError:
+            v = Verdict("error", None, gold, 0.0, "MemoryError: worker memory cap reached")
+        except BaseException as e:  # noqa: BLE001 - the worker must answer
+            v = Verdict("error", None, gold, 0.0, f"{type(e).__name__}: {e}"[:300])
+        conn.send(v)
+
+
+class _GoldQueue:
+    """Items waiting for a worker, grouped by gold: a free worker keeps to the gold it parsed last
+    (its gold cache then parses each gold once), or starts a gold no other worker is on."""
+
+    def __init__(self, items: list[int], pairs: list[tuple[str, str]], workers: int):
+        self._by_gold: dict[str, deque[int]] = {}
+        for i in items:
+            self._by_gold.setdefault(pairs[i][1], deque()).append(i)
+        self._on: list[str | None] = [None] * workers
+
+    def __bool__(self) -> bool:
+        return bool(self._by_gold)
+
+    def pop(self, worker: int) -> int:
+        gold = self._on[worker]
+        if gold not in self._by_gold:
+            others = set(self._on[:worker] + self._on[worker + 1:])
+            gold = next((g for g in self._by_gold if g not in others), next(iter(self._by_gold)))
+            self._on[worker] = gold
+        items = self._by_gold[gold]
+        i = items.popleft()
+        if not items:
+            del self._by_gold[gold]
+        return i
+
+
+class VerifierPool:
+    """Worker processes verifying (response, gold) pairs with hard limits and a cache.
+
+    ``wall_s``: a worker still busy after this many seconds is killed and replaced, and the item
+    is scored ``timeout``. ``memory_mb``: address-space cap per worker (0 = none).
+    """
+
+    def __init__(self, workers: int = 2, *, timeout_s: int = 5, wall_s: float = 15.0, memory_mb: int = 2048,
+                 cache: bool = True):
+        if workers < 1:
+            raise ValueError(f"workers: must be >= 1, got {workers}")
+        self.timeout_s, self.wall_s, self.memory_mb = timeout_s, wall_s, memory_mb
+        self._ctx = mp.get_context("spawn")
+        self._workers = [self._spawn() for _ in range(workers)]
+        self._cache: dict[tuple[str, str], Verdict] | None = {} if cache else None
+        self.stats = {"items": 0, "cache_hits": 0, "killed": 0}
+
+    def _spawn(self):
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_worker, args=(child, self.timeout_s, self.memory_mb), daemon=True)
+        proc.start()
+        child.close()
+        return [proc, parent]
+
+    def _replace(self, i: int) -> None:
+        proc, conn = self._workers[i]
+        proc.kill()
+        proc.join(5)
+        conn.close()
+        self._workers[i] = self._spawn()
+
+    def verify(self, pairs: list[tuple[str, str]], progress=None) -> list[Verdict]:
+        """Verdicts for ``pairs`` of (response, gold), in order."""
+        from multiprocessing.connection import wait
+
+        results: list[Verdict | None] = [None] * len(pairs)
+        todo: list[int] = []
+        keys: dict[int, tuple[str, str] | None] = {}
+        pending_by_key: dict[tuple[str, str], list[int]] = {}
+        for i, (response, gold) in enumerate(pairs):
+            self.stats["items"] += 1
+            ext = extract_answer(response)
+            key = (ext, gold) if (ext is not None and self._cache is not None) else None
+            keys[i] = key
+            if key is not None and key in self._cache:
+                hit = self._cache[key]
+                results[i] = Verdict(hit.verdict, hit.extracted, hit.gold, 0.0, hit.detail)
+                self.stats["cache_hits"] += 1
+                continue
+            if key is not None and key in pending_by_key:
+                pending_by_key[key].append(i)  # same answer already queued: reuse its verdict
+                self.stats["cache_hits"] += 1
+                continue
+            if key is not None:
+                pending_by_key[key] = [i]
+            todo.append(i)
+        busy: dict[int, tuple[int, float]] = {}  # worker -> (item, started)
+        queue = _GoldQueue(todo, pairs, len(self._workers))
+        done_count = 0
+        while queue or busy:
+            for w in range(len(self._workers)):
+                if w not in busy and queue:
+                    i = queue.pop(w)
+                    try:
+                        self._workers[w][1].send(pairs[i])
+                    except (BrokenPipeError, ConnectionResetError, OSError):  # died while idle: replace, resend
+                        self._replace(w)
+                        self._workers[w][1].send(pairs[i])
+                    busy[w] = (i, time.monotonic())
+            conns = {self._workers[w][1]: w for w in busy}
+            ready = wait(list(conns), timeout=0.2)
+            now = time.monotonic()
+            for conn in ready:
+                w = conns[conn]
+                i, _ = busy.pop(w)
+                try:
+                    v = conn.recv()
+                except (EOFError, OSError):  # the worker died (e.g. killed by the kernel)
+                    v = Verdict("error", extract_answer(pairs[i][0]), pairs[i][1], 0.0, "verifier worker died")
+                    self._replace(w)
+                self._finish(i, v, results, keys, pending_by_key)
+                done_count += 1
+            for w, (i, started) in list(busy.items()):
+                if now - started > self.wall_s:
+                    busy.pop(w)
+                    self._replace(w)
+                    self.stats["killed"] += 1
+                    v = Verdict("timeout", extract_answer(pairs[i][0]), pairs[i][1], (now - started) * 1e3,
+                                f"killed after {self.wall_s:.0f} s wall clock")
+                    self._finish(i, v, results, keys, pending_by_key)
+                    done_count += 1
+            if progress is not None:
+                progress(done_count, len(todo))
+        return results  # type: ignore[return-value]
+
+    def _finish(self, i, v, results, keys, pending_by_key) -> None:
+        key = keys[i]
+        if key is None:
+            results[i] = v
+            return
+        if self._cache is not None and v.verdict in ("correct", "wrong", "no_answer", "gold_unparsable"):
+            self._cache[key] = v  # timeouts and errors are not cached: they may pass on a retry
+        for j in pending_by_key.pop(key, [i]):
+            results[j] = v
+
+    def close(self) -> None:
+        for proc, conn in self._workers:
+            try:
+                conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        for proc, conn in self._workers:
+            proc.join(2)
+            if proc.is_alive():
+                proc.kill()
+            conn.close()
+        self._workers = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def is_correct(response: str, gold: str, *, timeout_s: int = 5) -> bool:
+    """True when the response's final answer equals ``gold`` by Math-Verify, in this process.
+
+    A shorthand for quick checks (the SFT report); batches of model outputs go through
+    :class:`VerifierPool` (hard wall-clock and memory limits, cache)."""
+    return verify_one(response, gold, timeout_s=timeout_s).verdict == "correct"

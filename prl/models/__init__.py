@@ -1,0 +1,1 @@
+"""Models the project builds itself: the embedded tiny model (``tiny``)."""

@@ -1,0 +1,170 @@
+"""Typed configuration of a training run (``configs/*.yaml``: an ``algorithm:`` and a ``train:``
+section), validated up front with errors that say how to fix them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from prl_core.config import AlgorithmConfig, ConfigError
+
+from prl.store.db import DEFAULT_STORE
+
+
+@dataclass
+class TrainConfig:
+    """Everything about a training run except the estimator (that is ``AlgorithmConfig``)."""
+
+    model: str = ""
+    """Starting policy (and frozen reference) directory, Hugging Face layout with a chat template."""
+    out_dir: str = "runs/train"
+    """Checkpoints, synced weights and the run's files go here."""
+    db: str = DEFAULT_STORE
+    """Store for train_metrics, prl_segments, runs and evaluation samples."""
+    run_id: str | None = None
+    """Run id (default: the out_dir's name)."""
+    seed: int = 0
+    """Seeds data order, sampling and initialisation of everything random."""
+    steps: int = 20
+    """Optimizer-phase steps (each: rollouts → verify → log-probs → advantages → ppo_epochs of updates)."""
+    prompts_per_step: int = 16
+    """Prompts per step (the paper: 128); each gets algorithm.n_samples responses."""
+    train_data: str = "synth_train"
+    """'synth_train' (the synthetic task's training split) or a .jsonl/.parquet file with problem and answer."""
+    train_size: int = 20000
+    """Problems drawn from the synthetic training split."""
+    max_tokens: int = 96
+    """Max response tokens per rollout (the paper: 3072)."""
+    temperature: float = 1.0
+    """Rollout sampling temperature (the paper: 1.0)."""
+    engine: str = "vllm"
+    """Rollout engine: 'vllm' (weights reloaded in place after each step) or 'hf'."""
+    lr: float = 1e-5
+    """Adam learning rate (the paper: 1e-6 for 1.5B)."""
+    warmup_steps: int = 0
+    """Linear warm-up steps of the learning rate (counted in optimizer updates)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    ppo_epochs: int = 1
+    """Passes over each step's rollouts."""
+    mini_batch_size: int = 16
+    """Sequences per optimizer update (must divide prompts_per_step × n_samples / world size)."""
+    micro_batch_size: int = 8
+    """Sequences per forward/backward pass; gradient accumulation = mini / micro."""
+    grad_clip: float = 1.0
+    """Gradient-norm clip (0 disables)."""
+    zero_stage: int = 0
+    """DeepSpeed ZeRO stage 0-3."""
+    dtype: str = "float32"
+    """'float32' (CPU) or 'bfloat16' (GPU) for the trained policy."""
+    ref_offload: bool = False
+    """Keep the frozen reference model on the CPU (GPU runs with little memory)."""
+    checkpoint_every: int = 1
+    """Save a DeepSpeed checkpoint every N steps (and at the end); resumption restarts from the last one."""
+    keep_checkpoints: int = 2
+    """How many recent checkpoints to keep on disk."""
+    eval_every: int = 0
+    """Evaluate the current policy every N steps through the evaluation flow (0 = only at the end if eval_datasets)."""
+    eval_datasets: tuple[str, ...] = ("synth_test",)
+    """Data sets of the periodic evaluation."""
+    eval_n: int = 4
+    """Samples per problem in periodic evaluations."""
+    eval_limit: int | None = 100
+    """Problems per data set in periodic evaluations (None = all)."""
+    segments_per_step: int = 4
+    """Rollouts per step whose per-segment S and ρ go to prl_segments."""
+    verifier_workers: int = 1
+    """Math-Verify worker processes."""
+    threads: int | None = None
+    """torch threads for the trainer (None: torch's default)."""
+
+    def validate(self, algo: AlgorithmConfig, world_size: int = 1) -> None:
+        def fail(name: str, msg: str) -> None:
+            raise ConfigError(f"train.{name}: {msg}")
+
+        if not self.model:
+            fail("model", "give the starting model directory")
+        for name in ("steps", "prompts_per_step", "max_tokens", "ppo_epochs", "mini_batch_size", "micro_batch_size",
+                     "checkpoint_every", "keep_checkpoints", "eval_n", "verifier_workers", "train_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                fail(name, f"expected an integer >= 1, got {v!r}")
+        for name in ("eval_every", "warmup_steps", "segments_per_step"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                fail(name, f"expected an integer >= 0, got {v!r}")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            fail("lr", f"expected a positive number, got {self.lr!r}")
+        if self.temperature <= 0:
+            fail("temperature", "rollouts must be sampled (> 0); the group baseline needs differing responses")
+        if self.engine not in ("vllm", "hf"):
+            fail("engine", f"expected 'vllm' or 'hf', got {self.engine!r}")
+        if self.zero_stage not in (0, 1, 2, 3):
+            fail("zero_stage", f"expected 0, 1, 2 or 3, got {self.zero_stage!r}")
+        if self.dtype not in ("float32", "bfloat16"):
+            fail("dtype", f"expected 'float32' or 'bfloat16', got {self.dtype!r}")
+        if self.prompts_per_step % world_size:
+            fail("prompts_per_step", f"{self.prompts_per_step} prompts do not shard evenly over {world_size} ranks; "
+                 f"use a multiple of {world_size}")
+        per_rank = self.prompts_per_step // world_size * algo.n_samples
+        if per_rank % self.mini_batch_size:
+            fail("mini_batch_size", f"{self.mini_batch_size} does not divide the {per_rank} rollouts per rank and step "
+                 f"(prompts_per_step {self.prompts_per_step} / world size {world_size} × n_samples {algo.n_samples})")
+        if self.mini_batch_size % self.micro_batch_size:
+            fail("micro_batch_size", f"{self.micro_batch_size} does not divide mini_batch_size {self.mini_batch_size}")
+        if algo.estimator != "raft" and algo.n_samples < 2:
+            fail("n_samples", f"the {algo.estimator} estimator needs groups of >= 2 responses (algorithm.n_samples)")
+
+    @property
+    def resolved_run_id(self) -> str:
+        return self.run_id or Path(self.out_dir).resolve().name
+
+
+@dataclass
+class RunConfig:
+    """A training config file: the algorithm and the training loop."""
+
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> "RunConfig":
+        p = Path(path)
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file") from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f"{mark.line + 1}:" if mark else ""
+            raise ConfigError(f"{path}:{where} invalid YAML: {getattr(e, 'problem', e)}") from None
+        if not isinstance(data, dict) or set(data) - {"algorithm", "train"}:
+            extra = sorted(set(data) - {"algorithm", "train"}) if isinstance(data, dict) else data
+            raise ConfigError(f"{path}: expected sections 'algorithm:' and 'train:', found {extra}")
+        algo = AlgorithmConfig.from_dict(data.get("algorithm") or {}, source=f"{path} algorithm")
+        train = train_from_dict({**(data.get("train") or {}), **{k: v for k, v in overrides.items() if v is not None}},
+                                source=f"{path} train")
+        return cls(algo, train)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"algorithm": self.algorithm.to_dict(), "train": asdict(self.train)}
+
+
+def train_from_dict(data: dict[str, Any], *, source: str = "train") -> TrainConfig:
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}")
+    data = dict(data)
+    if "eval_datasets" in data and data["eval_datasets"] is not None:
+        data["eval_datasets"] = tuple(data["eval_datasets"])
+    if "lr" in data and isinstance(data["lr"], str):
+        try:
+            data["lr"] = float(data["lr"])
+        except ValueError:
+            raise ConfigError(f"{source}: lr: expected a number, got {data['lr']!r}") from None
+    return TrainConfig(**data)

@@ -1,0 +1,49 @@
+"""``prl report``."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from prl.data.paper import load_paper_tables, render_check
+
+    if args.db is None:
+        print(render_check(load_paper_tables()))
+        return 0
+    from prl.evaluation.report import report
+    from prl.store.db import Store
+
+    store = Store(args.db, create=False)
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()] if args.runs else None
+    ks = [int(k) for k in args.k.split(",")] if args.k else None
+    print(report(store, runs, ks, as_json=args.json, include_paper=not args.no_paper))
+    return 0
+
+
+def register(sub) -> None:
+    """Add ``report`` to the ``prl`` command's subparsers."""
+    p = sub.add_parser(
+        "report",
+        help="scores of stored runs with CIs, a paired comparison, and the paper's reference rows",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+With --db: for each run (default: every run with samples), per data set average@n, unbiased
+pass@k and maj@n with 95% bootstrap CIs over problems; micro (size-weighted, the paper's
+"5 Avg") and macro (mean of data sets) aggregates labelled with sizes; the suspicious passes
+(correct answer, reasoning that hardly refers to the problem). With two or more runs, the first
+two are compared on their common problems: difference of average@n with a paired bootstrap CI,
+McNemar's exact test on pass@k success, problems gained and lost.
+
+Always: the paper's Tables 1 and 3 as reference rows, with each row's "5 Avg" recomputed from
+its columns (sizes 500/272/675/40/30) and the row that does not match flagged.
+
+example:
+  prl report --db runs/store.duckdb --runs base-run,prl-run --k 1,8
+""")
+    p.add_argument("--db", default=None, help="store file; without it only the paper's rows are checked")
+    p.add_argument("--runs", default=None, help="comma-separated run ids (A,B: B is compared against A)")
+    p.add_argument("--k", default=None, help="comma-separated k for pass@k (default 1,2,4,8,… up to n)")
+    p.add_argument("--json", action="store_true", help="machine-readable JSON instead of tables")
+    p.add_argument("--no-paper", action="store_true", help="leave out the paper's reference rows")
+    p.set_defaults(func=_cmd_report)

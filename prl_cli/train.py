@@ -1,0 +1,66 @@
+"""``prl train``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from prl.training.config import RunConfig
+
+    cfg = RunConfig.from_yaml(args.config, db=args.db, run_id=args.run_id, out_dir=args.out, steps=args.steps,
+                              model=args.model)
+    cfg.train.validate(cfg.algorithm, int(os.environ.get("WORLD_SIZE", "1")))
+    from prl.generation.engines.base import check_model_dir
+
+    check_model_dir(cfg.train.model)
+    if not args.resume:
+        from prl.training.train import check_fresh_start
+
+        check_fresh_start(cfg.train)  # one line, before Prefect starts
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.train import train
+
+    with contextlib.redirect_stdout(sys.stderr):  # libraries print progress to stdout; it carries the result
+        result = train(cfg, resume=args.resume, progress=not args.no_progress)
+    print(json.dumps(result, indent=2, default=str))
+    print(f"next: prl report --db {cfg.train.db}   (training curves: prl sql --db {cfg.train.db} "
+          f"\"select step, name, value from train_metrics where run_id = '{result['run_id']}'\")", file=sys.stderr)
+    return 0
+
+
+def register(sub) -> None:
+    """Add ``train`` to the ``prl`` command's subparsers."""
+    p = sub.add_parser(
+        "train",
+        help="train with PRL / GRPO / Dr.GRPO / RAFT on DeepSpeed (Prefect flow, resumable)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Train a policy as the paper does: per step, n rollouts per prompt (vLLM, weights reloaded in
+place), Math-Verify rewards, old-policy and reference log-probs, advantages from prl_core for
+the config's estimator, ppo_epochs of mini-batch PPO-clip updates through deepspeed.initialize,
+per-step metrics (reward, accuracy, KL to the reference, entropy, clip fraction, rho, grad norm,
+phase times) and per-segment S and rho into the store, a DeepSpeed checkpoint, and periodic
+evaluations of the current policy stored as eval runs linked to the step.
+
+The config file has an 'algorithm:' and a 'train:' section (configs/train/*.yaml); contradictory
+settings are refused before anything starts. --resume continues from the last checkpoint with
+the same step count and data order. Several processes: deepspeed --num_gpus N --module prl.training.train --config FILE.
+
+example:
+  prl train --config configs/train/tiny_prl.yaml --db runs/store.duckdb --steps 20
+  prl train --config configs/train/tiny_prl.yaml --resume
+""")
+    p.add_argument("--config", required=True, help="YAML with algorithm: and train: sections")
+    p.add_argument("--model", default=None, help="starting model directory (default: the config's train.model)")
+    p.add_argument("--db", default=None, help="store file (default: the config's train.db)")
+    p.add_argument("--run-id", default=None, help="run id (default: the config's, else the out dir's name)")
+    p.add_argument("--out", default=None, help="output directory for checkpoints and weights (default: the config's)")
+    p.add_argument("--steps", type=int, default=None, help="total steps (default: the config's)")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the out directory")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_train)

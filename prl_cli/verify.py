@@ -1,0 +1,34 @@
+"""``prl verify``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from prl.data.datasets import normalize_gold
+    from prl.grading.verifier import verify_one
+
+    gold = normalize_gold(args.dataset, args.gold) if args.dataset else args.gold
+    v = verify_one(args.response, gold, timeout_s=args.timeout)
+    print(json.dumps({"verdict": v.verdict, "extracted_answer": v.extracted, "gold_normalized": gold,
+                      "gold_raw": args.gold, "score": v.score, "ms": round(v.ms, 2), "detail": v.detail}, indent=2))
+    return 0
+
+
+def register(sub) -> None:
+    """Add ``verify`` to the ``prl`` command's subparsers."""
+    p = sub.add_parser(
+        "verify",
+        help="verify one response against a gold answer and say why",
+        description="Run Math-Verify on one response and print JSON: the verdict (correct, wrong, no_answer, "
+        "timeout, gold_unparsable, error), the extracted answer, the normalised gold and the time taken. "
+        "With --dataset the gold is normalised as that benchmark's loader does (e.g. minerva's boxed solution). "
+        "Example: prl verify --dataset minerva_math --gold 'so $\\boxed{4.5e33}$' --response '\\boxed{4.5\\times10^{33}}'",
+    )
+    p.add_argument("--gold", required=True, help="gold answer (raw)")
+    p.add_argument("--response", required=True, help="model response text")
+    p.add_argument("--dataset", default=None, help="normalise the gold as this data set does (e.g. minerva_math)")
+    p.add_argument("--timeout", type=int, default=5, help="Math-Verify timeout in whole seconds (default 5)")
+    p.set_defaults(func=_cmd_verify)

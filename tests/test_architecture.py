@@ -1,0 +1,39 @@
+"""The architecture holds: the import-linter contracts of pyproject.toml (layers prl_core ← prl ←
+flows | dashboard ← prl_cli, the application's subpackages in order, no import cycles) pass on the
+code as it is, and a violation is reported (the tool is really checking)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT = str(Path(sys.executable).with_name("lint-imports"))
+
+
+def _lint(cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([LINT, "--no-cache"], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(cwd), "PATH": "/usr/bin:/bin"})
+
+
+def test_the_import_contracts_are_kept():
+    r = _lint(ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "3 kept, 0 broken" in r.stdout
+
+
+def test_an_upward_import_and_a_cycle_break_the_contracts(tmp_path):
+    copy = tmp_path / "repo"
+    for name in ("prl_core", "prl", "flows", "dashboard", "prl_cli"):
+        shutil.copytree(ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__", "benchmarks"))
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    with (copy / "prl" / "data" / "paper.py").open("a") as f:
+        f.write("\n\ndef _upward():\n    import flows.report  # noqa: F401\n")
+    with (copy / "prl" / "evaluation" / "shards.py").open("a") as f:
+        f.write("\n\ndef _cycle():\n    from prl.evaluation import evaluate  # noqa: F401\n")
+    r = _lint(copy)
+    assert r.returncode != 0
+    assert "prl.data.paper -> flows.report" in r.stdout
+    assert ".shards -> .evaluate" in r.stdout
