@@ -3,6 +3,19 @@
 Shapes: B responses (rows), T columns; ``mask`` (B, T) bool marks response tokens.
 A *group* is the n responses of one prompt, identified by ``group_ids`` (B,) long.
 Nothing here takes gradients: every result is computed under ``torch.no_grad``.
+
+One general path for step splits (issue 14): a split string becomes a boundary mask through
+:func:`~prl_core.steps.step_boundaries` and takes the same boundary/fill code as an explicit
+mask. The chunked ``fixed:N`` fast path for right-padded rows was removed, because it never
+mattered at the level of a training step. At the measured step (bench/train_step.py: 80
+rollouts ≤ 45 tokens, ``fixed:8``; advantages + PPO update 461 ms) the general path took
+0.63–0.97 ms vs 0.40–0.64 ms (alternating timings, 2 loaded CPU cores): +0.2–0.4 ms, < 0.1 %
+of the step. At the paper's shape (B = 640, L = 3072, ``fixed:256``)
+bench/results/advantages.json has 2.0–2.3 ms (fast) vs 4.2–16 ms + 3.5–4.1 ms for
+step_boundaries (general): +6–18 ms, against an update over ~1.2 M tokens that is ~1e16 FLOP
+for a 1.5B model (an estimate: tens of seconds on one GPU). The fast path also had its own NaN handling, and it was wrong: an
+empty row with NaN padding came out NaN, not 0. Token level (``boundaries=None``) keeps its
+direct formula ρ = A − S/η: there is nothing to fill, and it is the definition itself.
 """
 
 from __future__ import annotations
@@ -240,9 +253,8 @@ def prl_advantages(
         eta: inverse KL strength (> 0; ``math.inf`` switches the KL term off).
         boundaries: (B, T) bool step boundaries from :func:`prl_core.steps.step_boundaries`;
             None means token level (every token is a step). A split string ``"token"`` or
-            ``"fixed:N"`` is also accepted and gives the same result; for ``fixed:N`` on a
-            right-padded mask (responses starting at column 0, the usual layout) it takes a
-            fast path that never materialises the boundary mask.
+            ``"fixed:N"`` is also accepted and gives the same result (it is turned into the
+            boundary mask with ``step_boundaries``).
         order: ``"advantage_first"`` or ``"process_first"``.
         normalize_std: divide by the group std (False: Dr.GRPO-style centering only).
         eps: added to the std.
@@ -276,15 +288,7 @@ def prl_advantages(
                 f"boundaries: a {str(split)!r} split needs each token's text; pass "
                 "step_boundaries(mask, split, token_texts) instead of the split string"
             )
-        boundaries = None
-        if split.kind == "fixed":
-            lengths = _right_padded_lengths(mask, mask_f)
-            if lengths is not None:
-                return _prl_fixed_right_padded(
-                    rewards, group, n_groups, old_w, ref_w, mask, mask_f, lengths, split.every,
-                    eta=eta, order=order, normalize_std=normalize_std, eps=eps, originals=(logp_old, logp_ref),
-                ).to(out_dtype)
-            boundaries = step_boundaries(mask, split)
+        boundaries = step_boundaries(mask, split) if split.kind == "fixed" else None
     pos = None
     if boundaries is not None:
         boundaries = require_mask("boundaries", boundaries)
@@ -322,73 +326,6 @@ def prl_advantages(
     r = rewards[row] if excl is None else rewards[row] - kl_to_go_at(pos)
     normed = _group_normalize(r, group[row], n_groups, normalize_std=normalize_std, eps=eps)
     return _fill(normed, pos, boundaries, mask, out=excl, mask_f=mask_f).to(out_dtype)
-
-
-def _right_padded_lengths(mask: torch.Tensor, mask_f: torch.Tensor) -> torch.Tensor | None:
-    """Row lengths (B,) long if every row's response is exactly columns 0..len−1, else None.
-
-    A row sum and one matrix-vector product give each row's count and sum of column indices; len distinct
-    non-negative columns sum to at least len(len−1)/2, with equality only for 0..len−1. Exact
-    in float32 while T(T−1)/2 < 2**24 (T ≤ 5,792); longer rows use float64.
-    """
-    B, T = mask.shape
-    dtype = torch.float32 if T * (T - 1) // 2 < 2**24 else torch.float64
-    m = mask_f if mask_f.dtype == dtype else mask.view(torch.uint8).to(dtype)
-    col_sum = torch.mv(m, torch.arange(T, dtype=dtype, device=mask.device))  # (B,) Σ column
-    lengths = m.sum(-1).long()
-    minimal = (lengths * (lengths - 1) // 2).to(dtype)
-    return lengths if bool((col_sum == minimal).all()) else None
-
-
-def _prl_fixed_right_padded(
-    rewards, group, n_groups, logp_old, logp_ref, mask, mask_f, lengths, every, *, eta, order, normalize_std, eps,
-    originals,
-) -> torch.Tensor:
-    """``fixed:N`` PRL weights for right-padded rows, computed per chunk of N columns.
-
-    Row i's steps are the column chunks [cN, (c+1)N) that hold response tokens; each ends at
-    column min((c+1)N, len_i) − 1. Values are taken there and broadcast over the chunk.
-    """
-    B, T = mask.shape
-    n_chunks = -(-T // every)
-    chunk = torch.arange(n_chunks, device=mask.device)
-    ends = torch.minimum((chunk + 1) * every, lengths.unsqueeze(1)) - 1  # (B, C) boundary column
-    valid = (chunk * every).unsqueeze(0) < lengths.unsqueeze(1)  # (B, C) chunk holds tokens
-    ends.clamp_(min=0)
-    if math.isinf(eta):
-        kl_at = torch.zeros(B, n_chunks, dtype=logp_old.dtype, device=mask.device)
-        out = torch.empty_like(logp_old)
-    else:
-        # Rows are right-padded, so the prefix sum up to column len−1 never touches padding:
-        # no masking pass is needed, and S_b = C_{len−1} − C_b + k_b.
-        # One (B, T) buffer: k, then its prefix sum in place, then the output.
-        buf = torch.sub(logp_old, logp_ref)
-        k_at = buf.gather(1, ends)
-        torch.cumsum(buf, -1, out=buf)
-        total = buf.gather(1, (lengths - 1).clamp_(min=0).unsqueeze(1))  # (B, 1)
-        total.masked_fill_((lengths == 0).unsqueeze(1), 0.0)
-        _check_finite(total.squeeze(1), *originals, mask)
-        kl_at = (total - buf.gather(1, ends) + k_at) / eta
-        out = buf
-    if order == "advantage_first":
-        adv = _group_normalize(rewards, group, n_groups, normalize_std=normalize_std, eps=eps) if B else rewards
-        values = adv.to(kl_at.dtype).unsqueeze(1) - kl_at
-    else:
-        raw = rewards.to(kl_at.dtype).unsqueeze(1) - kl_at
-        owner = group.unsqueeze(1).expand(B, n_chunks)
-        values = torch.zeros_like(raw)
-        values[valid] = _group_normalize(raw[valid], owner[valid], n_groups, normalize_std=normalize_std, eps=eps)
-    values = values.to(out.dtype)
-    mask_o = mask_f if mask_f.dtype == out.dtype else mask.view(torch.uint8).to(out.dtype)
-    full = T // every  # whole chunks; a last partial chunk is written separately
-    if full:
-        torch.mul(
-            values[:, :full].unsqueeze(2), mask_o[:, : full * every].view(B, full, every),
-            out=out[:, : full * every].view(B, full, every),
-        )
-    if T > full * every:
-        torch.mul(values[:, full:full + 1], mask_o[:, full * every:], out=out[:, full * every:])
-    return out
 
 
 def _exclusive_prefix(logp_old: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor, originals):

@@ -1,13 +1,15 @@
 """Evaluation metrics over per-sample correctness: pure functions, no I/O (DESIGN §3).
 
 Shapes: P problems × n samples; ``correct`` is a bool (P, n) tensor (or the per-problem count
-of correct samples ``c`` (P,) with n). Answers for maj@k are integer ids (P, n) of each
-sample's extracted answer (equal ids = equal answers; -1 = no answer).
+of correct samples ``c`` (P,) with n). Answers for maj@k are each sample's extracted answer
+string (None = no answer), grouped by an ``equivalent(a, b)`` predicate the caller supplies
+(the verifier's mathematical equivalence; prl_core imports nothing from ``prl``).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable, Sequence
 
 import torch
 
@@ -33,28 +35,82 @@ def average_at_k(correct: torch.Tensor) -> torch.Tensor:
     return correct.to(torch.float64).mean(dim=1)
 
 
-def maj_at_k(answer_ids: torch.Tensor, correct: torch.Tensor, k: int) -> torch.Tensor:
-    """maj@k per problem over the first k samples: 1 if the most frequent answer is correct.
+def majority_answer(answers: Sequence[str | None], *, equivalent: Callable[[str, str], bool] | None = None
+                    ) -> int | None:
+    """Index of the representative of the largest cluster of equivalent answers, or None.
 
-    answer_ids (P, n) long (-1 = no answer, never a majority); correct (P, n) bool. Ties go to
-    the answer that appears first. (P,) float64.
+    Answers are clustered in order: each answer (None = no answer, skipped) joins the first
+    existing cluster whose representative it is equivalent to, tested as
+    ``a == rep or equivalent(a, rep)`` with the new answer first; otherwise it opens a new cluster
+    and is its representative (its first member). ``equivalent=None`` means exact string
+    equality. The largest cluster wins; ties go to the cluster opened first, i.e. the one whose
+    first member appears earliest. Cost: at most one call per (answer, earlier cluster) pair,
+    ≤ n(n−1)/2 = 120 calls for n = 16.
+
+    Returns the index into ``answers`` of the winning cluster's representative; None if every
+    answer is None.
     """
-    P, n = answer_ids.shape
-    if not 1 <= k <= n:
-        raise ValueError(f"k: must be in [1, n={n}], got {k}")
+    reps: list[int] = []  # index of each cluster's representative, in opening order
+    sizes: list[int] = []
+    for i, a in enumerate(answers):
+        if a is None:
+            continue
+        for c, r in enumerate(reps):
+            rep = answers[r]
+            if a == rep or (equivalent is not None and equivalent(a, rep)):
+                sizes[c] += 1
+                break
+        else:
+            reps.append(i)
+            sizes.append(1)
+    if not reps:
+        return None
+    best = max(range(len(reps)), key=lambda c: (sizes[c], -c))  # ties: the cluster opened first
+    return reps[best]
+
+
+def maj_at_k(
+    answers: Sequence[Sequence[str | None]],
+    correct: torch.Tensor | Sequence[Sequence[bool]],
+    k: int,
+    *,
+    equivalent: Callable[[str, str], bool] | None = None,
+) -> torch.Tensor:
+    """maj@k per problem over its first k samples: 1 if the majority answer is correct.
+
+    Args:
+        answers: P rows (one per problem) of extracted answer strings in sample order, None where
+            a sample has no answer (never a majority). Rows may differ in length; each needs ≥ k.
+        correct: (P, n) bool tensor, or P rows of bools, aligned with ``answers``.
+        k: samples per problem to vote over, 1 ≤ k ≤ every row's length (maj@n: k = n).
+        equivalent: ``equivalent(answer, representative) -> bool``, e.g. the verifier's
+            mathematical equivalence; None = exact string equality.
+
+    The first k answers of a problem are clustered by :func:`majority_answer` (each joins the
+    first cluster whose representative it is equivalent to; ties between the largest clusters go
+    to the cluster whose first member appears first). The problem scores the correctness of the
+    winning cluster's representative, its first member; 0 if no sample has an answer.
+
+    Returns:
+        (P,) float64 of 0/1.
+    """
+    P = len(answers)
+    if isinstance(correct, torch.Tensor):
+        if correct.dim() != 2:
+            raise ValueError(f"correct: expected shape (P, n), got {tuple(correct.shape)}")
+        correct = correct.tolist()
+    if len(correct) != P:
+        raise ValueError(f"correct: expected {P} rows (as answers), got {len(correct)}")
     out = torch.zeros(P, dtype=torch.float64)
-    ids, ok = answer_ids[:, :k].tolist(), correct[:, :k].tolist()
     for p in range(P):
-        counts: dict[int, int] = {}
-        first: dict[int, int] = {}
-        for j, a in enumerate(ids[p]):
-            if a < 0:
-                continue
-            counts[a] = counts.get(a, 0) + 1
-            first.setdefault(a, j)
-        if counts:
-            best = max(counts, key=lambda a: (counts[a], -first[a]))
-            out[p] = float(ok[p][first[best]])
+        n = len(answers[p])
+        if len(correct[p]) != n:
+            raise ValueError(f"correct: row {p} has {len(correct[p])} entries, answers has {n}")
+        if not 1 <= k <= n:
+            raise ValueError(f"k: must be in [1, n={n}] (problem {p} has {n} samples), got {k}")
+        best = majority_answer(answers[p][:k], equivalent=equivalent)
+        if best is not None:
+            out[p] = float(bool(correct[p][best]))
     return out
 
 

@@ -184,7 +184,7 @@ def test_empty_batch_and_empty_rows():
     st.sampled_from(["advantage_first", "process_first"]),
 )
 def test_split_string_equals_explicit_boundaries(batch, eta, split, order):
-    """The fixed:N fast path (right-padded rows) and the general path agree with the loop."""
+    """A split string gives what its explicit boundary mask gives, and both agree with the loop."""
     mask = batch["mask"]
     args = (batch["rewards"], batch["groups"], batch["old"], batch["ref"], mask)
     by_string = prl_advantages(*args, eta=eta, boundaries=split, order=order)
@@ -196,14 +196,35 @@ def test_split_string_equals_explicit_boundaries(batch, eta, split, order):
     assert_close_to(by_string, want, rtol=1e-7, atol=1e-7)
 
 
-def test_fixed_fast_path_on_a_right_padded_batch_keeps_exact_zeros():
-    # right-padded rows take the chunked path; the zero-valued step must stay exactly 0
+def test_fixed_split_string_on_a_right_padded_batch_keeps_exact_zeros():
+    # a zero-valued step must stay exactly 0 when the split comes as a string
     rewards = torch.tensor([0.5], dtype=torch.float64)
     old = torch.tensor([[0.3, 0.25, 0.1, 0.2, 0.0]], dtype=torch.float64)
     mask = torch.tensor([[True, True, True, True, False]])
     got = prl_advantages(rewards, torch.tensor([0]), old, torch.zeros_like(old), mask, eta=1.1, boundaries="fixed:2")
     assert abs(got[0, 0].item()) < 1e-15 and abs(got[0, 1].item()) < 1e-15
     assert got[0, 4].item() == 0.0
+
+
+@pytest.mark.parametrize("order", ["advantage_first", "process_first"])
+def test_fixed_split_string_on_an_empty_row_with_nan_padding_gives_zero(order):
+    """Regression: a row with no response tokens and NaN in its padding gave NaN for a
+    ``fixed:N`` split string (the removed chunked fast path multiplied NaN by the 0 mask); it
+    must give 0, as the explicit boundary mask and the loop do."""
+    nan = float("nan")
+    old = torch.tensor([[nan, nan, nan, nan], [-0.5, -0.2, -0.1, nan]], dtype=torch.float64)
+    ref = torch.tensor([[nan, nan, nan, nan], [-0.3, -0.3, -0.3, nan]], dtype=torch.float64)
+    mask = torch.tensor([[False, False, False, False], [True, True, True, False]])
+    rewards, groups = torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([0, 0])
+    by_string = prl_advantages(rewards, groups, old, ref, mask, eta=2.0, boundaries="fixed:2", order=order)
+    by_mask = prl_advantages(rewards, groups, old, ref, mask, eta=2.0, boundaries=step_boundaries(mask, "fixed:2"),
+                             order=order)
+    assert by_string[0].tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert not bool(torch.isnan(by_string).any())
+    torch.testing.assert_close(by_string, by_mask, rtol=0, atol=0)
+    want = loops.prl(rewards.tolist(), groups.tolist(), old.tolist(), ref.tolist(), mask.tolist(), 2.0,
+                     step_boundaries(mask, "fixed:2").tolist(), order)
+    assert_close_to(by_string, want, rtol=1e-12, atol=1e-12)
 
 
 def test_text_split_string_is_refused_with_the_fix():

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from prl_core.metrics import (
-    average_at_k, bootstrap_ci, maj_at_k, mcnemar, micro_macro, paired_bootstrap_diff, pass_at_k,
+    average_at_k, bootstrap_ci, maj_at_k, majority_answer, mcnemar, micro_macro, paired_bootstrap_diff, pass_at_k,
 )
 
 
@@ -28,12 +28,77 @@ def test_pass_at_k_equals_enumerating_k_subsets(case):
 def test_average_and_maj():
     correct = torch.tensor([[1, 0, 1, 1], [0, 0, 0, 0]], dtype=torch.bool)
     assert average_at_k(correct).tolist() == [0.75, 0.0]
-    ids = torch.tensor([[5, 7, 5, 7], [3, 3, -1, 4]])
+    answers = [["5", "7", "5", "7"], ["3", "3", None, "4"]]
     ok = torch.tensor([[True, False, True, False], [False, False, False, True]])
-    assert maj_at_k(ids, ok, 4).tolist() == [1.0, 0.0]  # tie 5 vs 7 goes to 5 (first)
-    assert maj_at_k(ids, ok, 1).tolist() == [1.0, 0.0]
+    assert maj_at_k(answers, ok, 4).tolist() == [1.0, 0.0]  # tie 5 vs 7 goes to 5 (first)
+    assert maj_at_k(answers, ok, 1).tolist() == [1.0, 0.0]
     with pytest.raises(ValueError, match="^k"):
         pass_at_k(torch.tensor([1]), 4, 5)
+
+
+# ── maj@n: answers clustered by an equivalence (the verifier's, in prl) ─────────────────
+
+HALF = {"1/2", "0.5", "\\frac{1}{2}"}
+
+
+def half_equiv(a: str, b: str) -> bool:
+    """Hand-written equivalence for the tests: 1/2 ≡ 0.5 ≡ \\frac{1}{2}; otherwise exact."""
+    return a == b or (a in HALF and b in HALF)
+
+
+def test_maj_groups_equivalent_answers_not_strings():
+    answers = [["1/2", "0.5", "3", "3", "\\frac{1}{2}"]]
+    ok = [[True, True, False, False, True]]
+    # clusters {1/2, 0.5, \frac{1}{2}} (3) and {3, 3} (2): the 1/2 cluster wins, and it is correct
+    assert majority_answer(answers[0], equivalent=half_equiv) == 0
+    assert maj_at_k(answers, ok, 5, equivalent=half_equiv).tolist() == [1.0]
+    # by string, "3" is the only answer seen twice: a wrong majority
+    assert majority_answer(answers[0]) == 2
+    assert maj_at_k(answers, ok, 5).tolist() == [0.0]
+
+
+def test_maj_ties_go_to_the_cluster_whose_first_member_appears_first():
+    ok = [[False, True, True, False]]
+    # x (indices 0, 3) vs the 1/2 cluster (1, 2): 2 each, x opened first → x, wrong
+    assert maj_at_k([["x", "0.5", "1/2", "x"]], ok, 4, equivalent=half_equiv).tolist() == [0.0]
+    # the same counts with the 1/2 cluster opened first → 1/2, correct
+    assert maj_at_k([["0.5", "x", "x", "1/2"]], [[True, False, False, True]], 4, equivalent=half_equiv).tolist() == [1.0]
+
+
+def test_maj_uses_the_first_k_samples_and_ignores_missing_answers():
+    answers = [["3", "1/2", "0.5", "\\frac{1}{2}"], [None, None, None, "7"], [None, None, None, None]]
+    ok = torch.tensor([[False, True, True, True], [False, False, False, True], [False, False, False, False]])
+    assert maj_at_k(answers, ok, 1, equivalent=half_equiv).tolist() == [0.0, 0.0, 0.0]  # "3"; no answer; none
+    assert maj_at_k(answers, ok, 2, equivalent=half_equiv).tolist() == [0.0, 0.0, 0.0]  # tie 3 vs 1/2 → 3
+    assert maj_at_k(answers, ok, 4, equivalent=half_equiv).tolist() == [1.0, 1.0, 0.0]  # 1/2 × 3; "7" alone
+    assert majority_answer([None, None]) is None
+
+
+def test_maj_joins_the_first_equivalent_cluster_and_scores_its_representative():
+    calls = []
+
+    def chain(a: str, b: str) -> bool:  # not transitive: a ≡ ab ≡ b, but a ≢ b
+        calls.append((a, b))
+        return {a, b} in ({"a", "ab"}, {"ab", "b"})
+
+    # "b" opens its own cluster; "ab" joins the first cluster it matches ("a"), not "b"
+    assert majority_answer(["a", "b", "ab"], equivalent=chain) == 0
+    assert calls == [("b", "a"), ("ab", "a")]  # (new answer, representative); an exact repeat needs no call
+    calls.clear()
+    assert majority_answer(["a", "a"], equivalent=chain) == 0 and calls == []
+    # the cluster's correctness is its representative's (first member's)
+    assert maj_at_k([["0.5", "1/2", "1/2"]], [[False, True, True]], 3, equivalent=half_equiv).tolist() == [0.0]
+
+
+def test_maj_rejects_bad_shapes_and_k():
+    with pytest.raises(ValueError, match="^k"):
+        maj_at_k([["1", "2"]], [[True, False]], 3)
+    with pytest.raises(ValueError, match="^k"):
+        maj_at_k([["1", "2"]], [[True, False]], 0)
+    with pytest.raises(ValueError, match="^correct"):
+        maj_at_k([["1", "2"]], [[True, False], [True, True]], 1)
+    with pytest.raises(ValueError, match="^correct"):
+        maj_at_k([["1", "2"]], [[True]], 1)
 
 
 def test_micro_and_macro_by_hand():
@@ -46,8 +111,11 @@ def test_paper_five_avg_is_micro_with_the_benchmark_sizes():
     # Table 1, Qwen2.5-Math-1.5B base, pass@8: per-dataset columns → reported 5 Avg 56.82
     cols = {"math500": (81.60, 500), "minerva_math": (35.66, 272), "olympiad_bench": (48.15, 675),
             "amc23": (65.00, 40), "aime24": (20.00, 30)}
-    micro = sum(v * n for v, n in cols.values()) / sum(n for _, n in cols.values())
-    assert round(micro, 2) == 56.82
+    # per-problem scores whose data-set means are the columns, sized as the benchmarks
+    scores = {d: torch.full((n,), v, dtype=torch.float64) for d, (v, n) in cols.items()}
+    agg = micro_macro(scores)
+    assert round(agg["micro"], 2) == 56.82
+    assert agg["macro"] == pytest.approx(sum(v for v, _ in cols.values()) / 5)  # 50.08: not the paper's
 
 
 def test_bootstrap_and_paired_tests():
