@@ -13,7 +13,7 @@ if str(ROOT) not in sys.path:  # streamlit runs this file as a script
 
 import streamlit as st  # noqa: E402
 
-from dashboard.data import DB_ENV  # noqa: E402
+from dashboard.data import DB_ENV, db_path  # noqa: E402
 
 
 def _db_from_argv() -> None:
@@ -36,5 +36,5 @@ nav = st.navigation([
     st.Page(PAGES / "training.py", title="Training", icon=":material/show_chart:"),
     st.Page(PAGES / "sql.py", title="SQL", icon=":material/storage:"),
 ])
-st.sidebar.caption(f"store: {os.environ.get(DB_ENV, 'runs/store.duckdb')}")
+st.sidebar.caption(f"store: {db_path()}")
 nav.run()

@@ -8,7 +8,6 @@ forward pass over prompt + generated tokens; in float32 the largest difference m
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
@@ -20,7 +19,8 @@ import torch
 from prl.data import synthetic as task
 from prl.generation.engines import EngineError, PromptError, Sample, SamplingConfig, make_engine
 from prl.generation.engines.base import prompt_seeds
-from prl.generation.generate import GenerateInputError, add_cli, main as generate_main, manifest_path, read_problems, run_generate
+from prl.generation.generate import GenerateInputError, manifest_path, read_problems, run_generate
+from prl_cli.main import build_parser, main as prl_main
 from prl.models.tiny import TinyModelSpec, build_tiny
 
 LOGPROB_TOL = 1e-4
@@ -422,8 +422,7 @@ def test_run_generate_writes_samples_and_manifest(tiny, tmp_path):
 
 
 def test_generate_cli(tiny, tmp_path, capsys):
-    parser = argparse.ArgumentParser(prog="prl")
-    add_cli(parser.add_subparsers(dest="command"))
+    parser = build_parser()
     with pytest.raises(SystemExit):
         parser.parse_args(["generate", "--help"])
     helptext = capsys.readouterr().out
@@ -434,13 +433,13 @@ def test_generate_cli(tiny, tmp_path, capsys):
     out = tmp_path / "s.jsonl"
     args = ["--model", str(tiny), "--prompts", str(problems), "--out", str(out), "--engine", "hf", "--n", "2",
             "--max-tokens", "8", "--quiet"]
-    assert generate_main(args) == 0
+    assert prl_main(["generate", *args]) == 0
     assert len(out.read_text().splitlines()) == 6 and manifest_path(out).exists()
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"problem": "x"}\n{"id": 2}\n')
-    assert generate_main(["--model", str(tiny), "--prompts", str(bad), "--out", str(out), "--engine", "hf"]) == 2
+    assert prl_main(["generate", "--model", str(tiny), "--prompts", str(bad), "--out", str(out), "--engine", "hf"]) == 2
     assert "bad.jsonl:2: field 'problem' is missing" in capsys.readouterr().err
-    assert generate_main(["--model", str(tmp_path / "nope"), "--prompts", str(problems), "--out", str(out)]) == 2
+    assert prl_main(["generate", "--model", str(tmp_path / "nope"), "--prompts", str(problems), "--out", str(out)]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 

@@ -14,15 +14,16 @@ Data comes from the store through named queries; the arithmetic is ``prl_core.me
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 
-from prl_core.metrics import (aggregate_bootstrap_ci, bootstrap_ci, mcnemar, micro_macro, paired_bootstrap_diff,
-                              pass_at_k)
+from prl_core.metrics import (aggregate_bootstrap_ci, bootstrap_ci, maj_at_k, mcnemar, micro_macro,
+                              paired_bootstrap_diff, pass_at_k)
 
+from prl.data.paper import load_paper_tables, render_check
+from prl.grading.verifier import equivalent_answers
 from prl.store.db import Store
 
 
@@ -58,18 +59,9 @@ def load_run(store: Store, run_id: str) -> RunSamples:
     return run
 
 
-def _maj(samples: list[tuple[str | None, bool]]) -> float:
-    """1 if the most frequent extracted answer (ties: first seen) was scored correct."""
-    answers = [(a, ok) for a, ok in samples if a is not None]
-    if not answers:
-        return 0.0
-    counts = Counter(a for a, _ in answers)
-    best = max(counts, key=lambda a: (counts[a], -[x for x, _ in answers].index(a)))
-    return float(next(ok for a, ok in answers if a == best))
-
-
 def per_problem(run: RunSamples, metric: str, k: int | None = None) -> dict[str, torch.Tensor]:
-    """Per-problem values (P,) by data set for 'average', 'pass' (pass@k) or 'maj' (maj@n)."""
+    """Per-problem values (P,) by data set for 'average', 'pass' (pass@k) or 'maj' (maj@k: the first k
+    samples' answers clustered by mathematical equivalence, :func:`prl.grading.verifier.equivalent_answers`)."""
     out: dict[str, torch.Tensor] = {}
     for dataset, problems in sorted(run.by_dataset.items()):
         rows = [problems[p] for p in sorted(problems)]
@@ -84,7 +76,8 @@ def per_problem(run: RunSamples, metric: str, k: int | None = None) -> dict[str,
                 vals[sel] = pass_at_k(c[sel], int(size), k)
             out[dataset] = vals
         elif metric == "maj":
-            out[dataset] = torch.tensor([_maj(s) for s in rows], dtype=torch.float64)
+            out[dataset] = maj_at_k([[a for a, _ in s] for s in rows], [[ok for _, ok in s] for s in rows],
+                                    k or min(len(s) for s in rows), equivalent=equivalent_answers)
         else:
             raise ValueError(f"metric: unknown {metric!r}")
     return out
@@ -102,7 +95,7 @@ def run_scores(store: Store, run_id: str, ks: Sequence[int] | None = None, *, it
     if bad:
         raise ReportError(f"k: {bad} not in [1, n={n}] for run {run_id}")
     metrics = {f"average@{n}": per_problem(run, "average"), **{f"pass@{k}": per_problem(run, "pass", k) for k in ks},
-               f"maj@{n}": per_problem(run, "maj")}
+               f"maj@{n}": per_problem(run, "maj", n)}
     datasets = []
     for d in sorted(run.by_dataset):
         row: dict[str, Any] = {"dataset": d, "problems": len(run.by_dataset[d]), "n": n}
@@ -233,8 +226,6 @@ def report(store: Store, runs: Sequence[str] | None = None, ks: Sequence[int] | 
            include_paper: bool = True, as_json: bool = False) -> str:
     """The full text (or JSON) report: each run's scores, the paired comparison of the first two
     runs, suspicious passes, and the paper's reference rows with the 5-Avg check."""
-    from prl.data.paper import load_paper_tables, render_check
-
     if runs is None:
         runs = [r[0] for r in store.rows("list_runs") if r[5]]
     scores = [run_scores(store, r, ks) for r in runs]

@@ -16,6 +16,8 @@ No code path evaluates response text.
 
 from __future__ import annotations
 
+import functools
+import logging
 import multiprocessing as mp
 import time
 from collections import deque
@@ -287,3 +289,50 @@ def is_correct(response: str, gold: str, *, timeout_s: int = 5) -> bool:
     A shorthand for quick checks (the SFT report); batches of model outputs go through
     :class:`VerifierPool` (hard wall-clock and memory limits, cache)."""
     return verify_one(response, gold, timeout_s=timeout_s).verdict == "correct"
+
+
+EQUIVALENCE_MAX_CHARS = 64
+"""Extracted answers longer than this are compared as strings only by :func:`equivalent_answers`."""
+
+
+@functools.lru_cache(maxsize=65536)
+def equivalent_answers(a: str, b: str) -> bool:
+    """Whether two extracted answers are the same mathematical object (Math-Verify), for maj@n.
+
+    Runs in any thread (no SIGALRM timeout): the cost is bounded by comparing only short answers
+    (≤ :data:`EQUIVALENCE_MAX_CHARS` characters, no ``^`` tower) mathematically; longer ones, and
+    any answer Math-Verify cannot parse, are equal only as identical strings. Cached."""
+    if a == b:
+        return True
+    if max(len(a), len(b)) > EQUIVALENCE_MAX_CHARS or a.count("^") + b.count("^") > 2:
+        return False
+    from math_verify import parse, verify
+
+    quiet = _QuietMathVerify()
+    try:
+        pa = parse("\\boxed{" + a + "}", parsing_timeout=None)
+        pb = parse("\\boxed{" + b + "}", parsing_timeout=None)
+        return bool(pa and pb and verify(pb, pa, timeout_seconds=None))
+    except Exception:  # noqa: BLE001 - unparsable: not equivalent
+        return False
+    finally:
+        quiet.close()
+
+
+class _QuietMathVerify(logging.Filter):
+    """Drops Math-Verify's "Timeout is disabled" warning while :func:`equivalent_answers` runs (the
+    bound is the answer length, by design)."""
+
+    LOGGERS = ("math_verify.parser", "math_verify.grader")
+
+    def __init__(self) -> None:
+        super().__init__()
+        for name in self.LOGGERS:
+            logging.getLogger(name).addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Timeout is disabled" not in record.getMessage()
+
+    def close(self) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeFilter(self)

@@ -1,0 +1,142 @@
+"""One home per concept: every other place that uses a concept derives from its home or is tied to
+it here, on given rows.
+
+    verdict names       prl.grading.verifier.VERDICTS        ← sql/schema.sql CHECK, eval manifest, Failures page
+    suspicious pass     prl.grading.relevance (rule, 0.15)   ← sql/schema.sql view, Failures page caption
+    shows its working   prl.data.synthetic.shows_working     ← sql/queries.sql answer_styles_for_run
+    default store path  prl.store.db.DEFAULT_STORE           ← EvalConfig, TrainConfig, the CLI, the dashboard
+    run manifest        prl.manifest.run_manifest            ← eval, generate, SFT, train
+    maj@n               prl_core.metrics.maj_at_k            ← prl report (answers clustered by equivalence)
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from prl.data.synthetic import shows_working
+from prl.evaluation.config import EvalConfig
+from prl.evaluation.report import run_scores
+from prl.evaluation.steps import eval_manifest
+from prl.grading.relevance import SUSPICIOUS_BELOW, is_suspicious_pass
+from prl.grading.verifier import VERDICTS
+from prl.manifest import MANIFEST_KEYS
+from prl.store.db import DEFAULT_STORE, Store, sql_dir
+from prl.training.config import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _sample(run, pid, idx, verdict, response="x", **kw):
+    return dict(run_id=run, dataset="d", problem_id=pid, sample_idx=idx, response=response,
+                extracted_answer=kw.pop("answer", None), verdict=verdict, score=1.0 if verdict == "correct" else 0.0,
+                n_tokens=3, finish_reason="stop", verify_ms=1.0, **kw)
+
+
+@pytest.fixture
+def store():
+    with Store(":memory:") as s:
+        yield s
+
+
+# ─── verdicts ──────────────────────────────────────────────────────────────────────────────────
+
+def test_the_schema_accepts_exactly_the_verdict_names(store):
+    check = re.search(r"verdict\s+VARCHAR NOT NULL CHECK \(verdict IN \(([^)]*)\)\)", (sql_dir() / "schema.sql").read_text())
+    assert tuple(v.strip().strip("'") for v in check.group(1).split(",")) == VERDICTS
+    assert store.insert_samples([_sample("r", f"d/{i}", 0, v) for i, v in enumerate(VERDICTS)]) == len(VERDICTS)
+    with pytest.raises(duckdb.ConstraintException):
+        store.insert_samples([_sample("r", "d/x", 0, "maybe")])
+
+
+def test_the_failures_page_lists_every_verdict_but_correct():
+    tree = ast.parse((ROOT / "dashboard" / "pages" / "failures.py").read_text())
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    assert "VERDICTS" in names  # derived from the home, not a second list
+    assert not re.search(r"['\"]gold_unparsable['\"]", (ROOT / "dashboard" / "pages" / "failures.py").read_text())
+
+
+# ─── suspicious pass ───────────────────────────────────────────────────────────────────────────
+
+def test_the_suspicious_pass_view_is_the_python_rule(store):
+    rows, want = [], set()
+    grid = [(v, rel, only) for v in ("correct", "wrong") for rel in (None, 0.0, SUSPICIOUS_BELOW - 1e-9,
+            SUSPICIOUS_BELOW, 0.5) for only in (False, True)]
+    for i, (verdict, rel, only) in enumerate(grid):
+        rows.append(_sample("r", f"d/{i}", 0, verdict, relevance=rel, answer_only=only))
+        if is_suspicious_pass(verdict, rel, only):
+            want.add(f"d/{i}")
+    store.insert_samples(rows)
+    with store.read() as con:
+        got = {pid for pid, in con.execute("select problem_id from suspicious_passes where run_id = 'r'").fetchall()}
+    assert got == want and 0 < len(want) < len(grid)
+
+
+def test_the_failures_page_caption_uses_the_threshold():
+    text = (ROOT / "dashboard" / "pages" / "failures.py").read_text()
+    assert "SUSPICIOUS_BELOW" in text and "0.15" not in text
+
+
+# ─── shows its working ─────────────────────────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("response", [
+    "Mia has 7.\n\n7 + 5 = 12\n\nThe answer is \\boxed{12}.", "The answer is \\boxed{12}.",
+    "12 = 12", "The answer is \\boxed{3 = 3}.", "", "no equals here \\boxed{4}",
+])
+def test_sql_and_python_agree_on_showing_the_working(store, response):
+    store.insert_samples([_sample("r", "d/1", 0, "wrong", response=response)])
+    [(_dataset, samples, share, _w, _d)] = store.rows("answer_styles_for_run", run_id="r")
+    assert samples == 1 and share == float(shows_working(response))
+
+
+# ─── the default store ─────────────────────────────────────────────────────────────────────────
+
+def test_every_default_store_path_is_the_one_home():
+    from dashboard import data
+    from prl_cli.main import build_parser
+
+    assert EvalConfig.__dataclass_fields__["db"].default == DEFAULT_STORE
+    assert TrainConfig.__dataclass_fields__["db"].default == DEFAULT_STORE
+    parser = build_parser()
+    for command in ("eval", "dashboard"):
+        assert parser.parse_args([command, "--model", "m"] if command == "eval" else [command]).db == DEFAULT_STORE
+    assert data.db_path() == DEFAULT_STORE
+    literal = re.compile(r"['\"]runs/store\.duckdb['\"]")
+    offenders = [str(p.relative_to(ROOT)) for d in ("prl", "prl_cli", "flows", "dashboard")
+                 for p in (ROOT / d).rglob("*.py") if literal.search(p.read_text()) and p.name != "db.py"]
+    assert offenders == []
+
+
+# ─── the run manifest ──────────────────────────────────────────────────────────────────────────
+
+def test_the_eval_manifest_is_the_run_manifest_plus_its_own_keys(tmp_path):
+    cfg = EvalConfig(model=str(tmp_path), datasets=("amc23",), n=2, seed=7)
+    m = eval_manifest(cfg, [])
+    assert set(MANIFEST_KEYS) <= set(m) and m["kind"] == "eval" and m["seed"] == 7
+    assert m["config"]["n"] == 2 and m["machine"]["cores"] and m["packages"]["torch"]
+    assert m["verifier"]["verdicts"] == "|".join(VERDICTS)
+
+
+def test_no_second_home_for_versions_or_git_state():
+    defs = re.compile(r"^def (package_versions|git_state|machine)\(", re.M)
+    homes = [str(p.relative_to(ROOT)) for d in ("prl", "prl_cli", "flows", "dashboard")
+             for p in (ROOT / d).rglob("*.py") if defs.search(p.read_text())]
+    assert homes == ["prl/manifest.py"]
+
+
+# ─── maj@n ─────────────────────────────────────────────────────────────────────────────────────
+
+def test_report_maj_clusters_answers_by_equivalence(store):
+    answers = ["1/2", "0.5", "3", "3", "\\frac{1}{2}"]  # the 1/2 cluster has 3 members, "3" has 2
+    store.insert_samples([_sample("r", "d/1", i, "correct" if a != "3" else "wrong", answer=a)
+                          for i, a in enumerate(answers)])
+    with store.write() as con:
+        con.execute("insert into runs (run_id, kind, model, status) values ('r', 'eval', 'm', 'finished')")
+    scores = run_scores(store, "r", iters=10)
+    [row] = scores["datasets"]
+    assert row["maj@5"]["value"] == 1.0  # by string, "3" would win and maj@5 would be 0
+    assert row["average@5"]["value"] == pytest.approx(0.6)
