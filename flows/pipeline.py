@@ -17,7 +17,7 @@ import hashlib
 import json
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.logs import log as _log
 
 from prl.data.datasets import BENCHMARKS, SYNTHETIC
+from prl.manifest import run_manifest
 
 
 @dataclass(frozen=True)
@@ -247,24 +248,60 @@ def pipeline(cfg: PipelineConfig = PipelineConfig(), progress: bool = True) -> d
     from flows.evaluate import evaluate_flow
 
     t0 = time.perf_counter()
+    phases: dict[str, float] = {}
+
+    def timed(name, fn, *args):
+        t = time.perf_counter()
+        out = fn(*args)
+        phases[name] = round(time.perf_counter() - t, 1)
+        return out
+
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
     _log(f"pipeline → {cfg.out_dir} (store {cfg.store})")
-    _cached(prepare_data, "data/synth_test.jsonl", cfg)
-    tiny = _cached(build_model, "models/tiny/prl_model.json", cfg)
-    warm = _cached(warm_start, "models/tiny-sft/sft_report.json", cfg, tiny)
+    timed("data", _cached, prepare_data, "data/synth_test.jsonl", cfg)
+    tiny = timed("build_model", _cached, build_model, "models/tiny/prl_model.json", cfg)
+    warm = timed("warm_start", _cached, warm_start, "models/tiny-sft/sft_report.json", cfg, tiny)
     policies = {}
     for estimator in ("prl", "grpo"):
         rc = train_config(cfg, estimator, warm)
-        train_model.with_options(name=f"train-{estimator}")(rc)
+        timed(f"train_{estimator}", train_model.with_options(name=f"train-{estimator}"), rc)
         policies[estimator] = str(Path(rc.train.out_dir) / "policy")
     runs = {}
     for name, model in (("warm_start", warm), ("grpo", policies["grpo"]), ("prl", policies["prl"])):
         ec = eval_config(cfg, name, model)
-        summary = evaluate_flow(ec)(ec, progress=progress)
+        summary = timed(f"eval_{name}", lambda c: evaluate_flow(c)(c, progress=progress), ec)
         runs[name] = summary["run_id"]
-    result = report(cfg, runs)
+    result = timed("report", report, cfg, runs)
     result["seconds"] = round(time.perf_counter() - t0, 1)
+    result["result_file"] = str(write_demo_result(cfg, result, phases))
     return result
+
+
+def write_demo_result(cfg: PipelineConfig, result: dict[str, Any], phases: dict[str, float]) -> Path:
+    """``OUT/demo_result.json``: what the README's demo table is rendered from (bench/demo.py copies it to
+    bench/results/demo.json): the run manifest (commit, machine, versions), each phase's time in this
+    invocation (a phase reused from an earlier, interrupted invocation takes ~0 s), the held-out
+    synthetic average@n of each model with its bootstrap CI and answer style, and the paired comparisons."""
+    held_out = {}
+    for name, scores in result["scores"].items():
+        row = next((d for d in scores["datasets"] if d["dataset"] == SYNTHETIC), None)
+        if row is None:
+            continue
+        avg = next(v for k, v in row.items() if k.startswith("average@"))
+        styles = result["answer_styles"].get(name) or {}
+        held_out[name] = {"average": avg["value"], "lo": avg["lo"], "hi": avg["hi"], "problems": row["problems"],
+                          "n": row["n"], "working_share": styles.get("working_share"),
+                          "working_average": styles.get("working_average"),
+                          "direct_average": styles.get("direct_average")}
+    paired = {label: {"diff": d["diff"]["diff"], "lo": d["diff"]["lo"], "hi": d["diff"]["hi"],
+                      "average_a": d["average_a"], "average_b": d["average_b"]}
+              for label, d in result["synthetic_paired"].items() if d}
+    manifest = run_manifest("demo", config=asdict(cfg), seed=cfg.seed)
+    doc = {**manifest, "commit": manifest["git"]["commit"], "phases": phases,
+           "seconds": result["seconds"], "held_out": held_out, "paired": paired}
+    path = Path(cfg.out_dir) / "demo_result.json"
+    path.write_text(json.dumps(doc, indent=2, default=float) + "\n")
+    return path
 
 
 def small(out_dir: str, **overrides: Any) -> PipelineConfig:
