@@ -11,7 +11,8 @@ from prl.store.db import DEFAULT_STORE, Store
 
 @flow(name="report", log_prints=False)
 def report_flow(db: str = DEFAULT_STORE, runs: list[str] | None = None, k: list[int] | None = None) -> str:
-    """Scores of ``runs`` (default: every run with samples) and the paired comparison of the first two."""
+    """Scores of ``runs`` (default: every run with samples, none compared); when ``runs`` are named,
+    the paired comparison of the second against the first (or a line saying they share no problem)."""
     text = report(Store(db, create=False), runs, k)
     get_run_logger().info("\n" + text)
     try:

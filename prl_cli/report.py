@@ -31,9 +31,11 @@ def register(sub) -> None:
 With --db: for each run (default: every run with samples), per data set average@n, unbiased
 pass@k and maj@n with 95% bootstrap CIs over problems; micro (size-weighted, the paper's
 "5 Avg") and macro (mean of data sets) aggregates labelled with sizes; the suspicious passes
-(correct answer, reasoning that hardly refers to the problem). With two or more runs, the first
-two are compared on their common problems: difference of average@n with a paired bootstrap CI,
-McNemar's exact test on pass@k success, problems gained and lost.
+(correct answer, reasoning that hardly refers to the problem). Runs are compared only when
+named: with --runs A,B (the first two named), B is compared against A on their common problems:
+difference of average@n with a paired bootstrap CI, McNemar's exact test on pass@k success,
+problems gained and lost. If they share no problem (different data sets), both runs' tables are
+printed and the report says there is nothing in common to compare.
 
 Always: the paper's Tables 1 and 3 as reference rows, with each row's "5 Avg" recomputed from
 its columns (sizes 500/272/675/40/30) and the row that does not match flagged.
@@ -42,7 +44,9 @@ example:
   prl report --db runs/store.duckdb --runs base-run,prl-run --k 1,8
 """)
     p.add_argument("--db", default=None, help="store file; without it only the paper's rows are checked")
-    p.add_argument("--runs", default=None, help="comma-separated run ids (A,B: B is compared against A)")
+    p.add_argument("--runs", default=None,
+                   help="comma-separated run ids (default: every run with samples, none compared; A,B: B is "
+                        "compared against A)")
     p.add_argument("--k", default=None, help="comma-separated k for pass@k (default 1,2,4,8,… up to n)")
     p.add_argument("--json", action="store_true", help="machine-readable JSON instead of tables")
     p.add_argument("--no-paper", action="store_true", help="leave out the paper's reference rows")

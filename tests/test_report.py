@@ -7,11 +7,16 @@ import itertools
 import json
 import math
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from prl.evaluation.report import ReportError, compare_runs, render_comparison, render_scores, report, run_scores
 from prl.store.db import Store
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _rows(run, outcomes):
@@ -25,8 +30,8 @@ def _rows(run, outcomes):
     return out
 
 
-def _store(runs: dict[str, dict]) -> Store:
-    s = Store(":memory:")
+def _store(runs: dict[str, dict], path=":memory:") -> Store:
+    s = Store(path)
     for run, outcomes in runs.items():
         s.execute("upsert_run", run_id=run, kind="eval", model="m", status="finished", config={}, manifest={},
                   parent_run_id=None, train_step=None)
@@ -111,9 +116,60 @@ def test_full_report_text_and_json():
     rng = random.Random(1)
     sizes = {"math500": 5, "amc23": 4}
     s = _store({"base": _random_outcomes(rng, sizes, 4, 0.2), "prl": _random_outcomes(rng, sizes, 4, 0.6)})
-    text = report(s)
-    assert "run base" in text and "run prl" in text and "paired comparison: B = prl vs A = base" in text
+    text = report(s)  # no --runs: every run's tables, no comparison (none was asked for)
+    assert "run base" in text and "run prl" in text and "paired comparison" not in text
     assert text.count("MISMATCH") == 1 and "flagged: Table 1 Qwen2.5-Math-1.5B RAFT" in text  # the paper check
+    assert "paired comparison: B = prl vs A = base" in report(s, ["base", "prl"], include_paper=False)
     data = json.loads(report(s, ["base", "prl"], [1, 4], as_json=True))
     assert [r["run_id"] for r in data["runs"]] == ["base", "prl"]
+    assert data["comparison"]["overall"]["problems"] == 9 and data["comparison_note"] is None
     assert sum(not p["matches"] for p in data["paper"]) == 1
+    assert json.loads(report(s, as_json=True, include_paper=False))["comparison"] is None
+
+
+# two runs evaluated on different data sets: nothing in common (issue 14)
+DISJOINT = {"r1": {("math500", f"math500/{i}"): [("7", i == 0), ("3", False)] for i in range(3)},
+            "r2": {("amc23", f"amc23/{i}"): [("9", True), ("9", i == 1)] for i in range(2)}}
+
+
+def _assert_both_tables(text):
+    lines = text.splitlines()
+    assert "run r1: 3 problems, n=2 samples each" in text and "run r2: 2 problems, n=2 samples each" in text
+    math_row = next(l for l in lines if l.startswith("math500 "))  # r1: average@2 = (1/2 + 0 + 0)/3 = 16.7 %
+    amc_row = next(l for l in lines if l.startswith("amc23 "))  # r2: average@2 = (1/2 + 2/2)/2 = 75.0 %
+    assert math_row.split()[1:4] == ["3", "2", "16.7"]
+    assert amc_row.split()[1:4] == ["2", "2", "75.0"]
+    assert "suspicious passes in r1" in text and "suspicious passes in r2" in text
+
+
+def test_report_of_runs_on_different_datasets_prints_both_and_compares_nothing():
+    s = _store(DISJOINT)
+    text = report(s, include_paper=False)  # `prl report --db STORE`: no --runs, so no comparison
+    _assert_both_tables(text)
+    assert "paired comparison" not in text and "share no problems" not in text
+
+
+def test_asked_comparison_of_runs_with_nothing_in_common_says_so_and_keeps_the_tables():
+    s = _store(DISJOINT)
+    text = report(s, ["r1", "r2"], include_paper=False)  # `--runs r1,r2`
+    _assert_both_tables(text)
+    assert "paired comparison: B" not in text
+    assert ("no paired comparison: runs r1 and r2 share no problems (r1: math500; r2: amc23); "
+            "there is nothing in common to compare.") in text
+    data = json.loads(report(s, ["r1", "r2"], as_json=True, include_paper=False))
+    assert [r["run_id"] for r in data["runs"]] == ["r1", "r2"] and data["comparison"] is None
+    assert "nothing in common to compare" in data["comparison_note"]
+    with pytest.raises(ReportError, match="share no problems"):  # the function itself still refuses
+        compare_runs(s, "r1", "r2")
+
+
+def test_cli_report_of_runs_on_different_datasets(tmp_path):
+    db = str(tmp_path / "store.duckdb")
+    _store(DISJOINT, db)
+    for extra in ([], ["--runs", "r1,r2"]):
+        r = subprocess.run([sys.executable, "-m", "prl.cli", "report", "--db", db, "--no-paper", *extra],
+                           capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert "error" not in r.stderr.lower(), r.stderr
+        _assert_both_tables(r.stdout)
+        assert ("nothing in common to compare" in r.stdout) == bool(extra)

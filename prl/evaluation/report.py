@@ -31,6 +31,11 @@ class ReportError(ValueError):
     """The report cannot be made as asked (unknown run, k larger than n, …)."""
 
 
+class NothingToCompare(ReportError):
+    """Two runs have no problem in common with samples (e.g. evaluated on different data sets):
+    each run's own scores stand, but there is no paired comparison to make."""
+
+
 @dataclass
 class RunSamples:
     """Per-problem sample outcomes of one run, grouped by data set."""
@@ -121,7 +126,8 @@ def compare_runs(store: Store, run_a: str, run_b: str, *, k: int | None = None, 
     a, b = load_run(store, run_a), load_run(store, run_b)
     n = min(a.n, b.n)
     if n == 0:
-        raise ReportError(f"both runs need samples to compare ({run_a}: {a.problems()}, {run_b}: {b.problems()} problems)")
+        raise NothingToCompare(f"both runs need samples to compare ({run_a}: {a.problems()}, {run_b}: "
+                               f"{b.problems()} problems)")
     k = k or n
     if not 1 <= k <= n:
         raise ReportError(f"k: {k} not in [1, {n}] (the smaller n of the two runs)")
@@ -148,7 +154,8 @@ def compare_runs(store: Store, run_a: str, run_b: str, *, k: int | None = None, 
         succ_a_all.append(succ_a)
         succ_b_all.append(succ_b)
     if not rows:
-        raise ReportError(f"runs {run_a} and {run_b} share no problems")
+        raise NothingToCompare(f"runs {run_a} and {run_b} share no problems ({run_a}: "
+                               f"{', '.join(sorted(a.by_dataset))}; {run_b}: {', '.join(sorted(b.by_dataset))})")
     ta, tb = torch.cat(all_a), torch.cat(all_b)
     overall = {"problems": int(ta.numel()), "average_a": float(ta.mean()), "average_b": float(tb.mean()),
                "diff": paired_bootstrap_diff(ta, tb, iters=iters, seed=seed),
@@ -224,15 +231,26 @@ def render_suspicious(store: Store, run_id: str, limit: int = 10) -> str:
 
 def report(store: Store, runs: Sequence[str] | None = None, ks: Sequence[int] | None = None, *,
            include_paper: bool = True, as_json: bool = False) -> str:
-    """The full text (or JSON) report: each run's scores, the paired comparison of the first two
-    runs, suspicious passes, and the paper's reference rows with the 5-Avg check."""
+    """The full text (or JSON) report: each run's scores and suspicious passes, and the paper's
+    reference rows with the 5-Avg check.
+
+    ``runs=None`` reports every run with samples and compares none of them (runs of one store are
+    often evaluated on different data sets). Named runs (``--runs A,B``, two or more) add the paired
+    comparison of the second against the first; when the two share no problem the report says so
+    in place of the comparison, and every run's tables are still printed."""
+    asked_to_compare = runs is not None and len(runs) >= 2
     if runs is None:
         runs = [r[0] for r in store.rows("list_runs") if r[5]]
     scores = [run_scores(store, r, ks) for r in runs]
-    comparison = compare_runs(store, runs[0], runs[1]) if len(runs) >= 2 else None
+    comparison, no_comparison = None, None
+    if asked_to_compare:
+        try:
+            comparison = compare_runs(store, runs[0], runs[1])
+        except NothingToCompare as e:
+            no_comparison = f"no paired comparison: {e}; there is nothing in common to compare."
     paper = load_paper_tables() if include_paper else []
     if as_json:
-        return json.dumps({"runs": scores, "comparison": comparison,
+        return json.dumps({"runs": scores, "comparison": comparison, "comparison_note": no_comparison,
                            "paper": [{"table": p.table, "metric": p.metric, "base_model": p.base_model,
                                       "method": p.method, "scores": p.scores, "reported_5avg": p.reported_5avg,
                                       "computed_5avg": p.computed_5avg, "macro": p.macro, "matches": p.matches}
@@ -245,6 +263,8 @@ def report(store: Store, runs: Sequence[str] | None = None, ks: Sequence[int] | 
         parts.append(render_suspicious(store, s["run_id"]))
     if comparison:
         parts.append(render_comparison(comparison))
+    if no_comparison:
+        parts.append(no_comparison)
     if paper:
         parts.append("reference rows (the paper's Tables 1 and 3; not runs of this store):\n" + render_check(paper))
     return "\n\n".join(parts)
