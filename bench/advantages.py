@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, median_ms, paired_ms, render_results_md, write_json  # noqa: E402
+from common import machine_info, median_ms, paired_ms, render_all, write_json  # noqa: E402
 
 from prl_core import prl_advantages, step_boundaries  # noqa: E402
 
@@ -181,7 +181,7 @@ def main(argv=None) -> dict:
         Path(args.child).write_text(json.dumps(measure(B, T, args.repeats, args.loop_repeats, args.seed)))
         return {}
 
-    results = {"machine": machine(), "allocators": {}}
+    results = {"machine": machine_info(), "allocators": {}}
     for mode, tunables in ALLOCATORS.items():
         env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
         if tunables:
@@ -201,7 +201,7 @@ def main(argv=None) -> dict:
                   f"[<= 3x: {'met' if c['meets_cumsum_target_3x'] else 'MISSED'}] | {c['speedup_vs_per_sample_torch_loop']:.1f}x "
                   f"the per-sample torch loop | max |diff| {c['max_abs_diff_vs_loop']:.1e}")
     path = write_json("advantages_quick" if args.quick else "advantages", results)
-    print(f"wrote {path}" + ("" if args.quick else f" and {render_results_md()}"))
+    print(f"wrote {path}" + ("" if args.quick else "; re-rendered " + ", ".join(p.name for p in render_all())))
     return results
 
 

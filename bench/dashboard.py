@@ -7,7 +7,7 @@ Streamlit's AppTest with its data cache cleared first (a cold render: every quer
 
     python bench/dashboard.py [--rows N] [--repeats 5]
 
-Writes bench/results/dashboard.json and bench/notes/dashboard.md and re-renders bench/RESULTS.md.
+Writes bench/results/dashboard.json and re-renders the figures (bench/render.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from common import machine, render_results_md, write_json  # noqa: E402
+from common import machine_info, render_all, write_json  # noqa: E402
 from store import N, PROBLEMS, sample_table  # noqa: E402
 
 PAGES = ["runs", "scores", "compare", "problem", "failures", "training", "sql"]
@@ -97,19 +97,9 @@ def main() -> dict:
             results[page] = {"median_s": s, "ratio_to_baseline": s / base_s, "meets_target": s < TARGET_S}
             print(f"  {page:<10} {s:6.3f} s  ({s / base_s:5.1f}x an empty page)  "
                   f"[target < 1 s: {'met' if s < TARGET_S else 'MISSED'}]")
-    out = {"machine": machine(), "rows": rows, "baseline_s": base_s, "pages": results}
+    out = {"machine": machine_info(), "rows": rows, "repeats": args.repeats, "baseline_s": base_s, "pages": results}
     write_json("dashboard", out)
-    m = out["machine"]
-    lines = ["### Dashboard pages at 1 M samples (`bench/dashboard.py`)\n",
-             f"{rows:,} samples (82 runs × 1,517 problems × 8) + 500 training steps; {m['cpu']}, {m['cores']} cores, "
-             f"commit {m['git_commit']}. Cold render (data cache cleared) of each page with Streamlit's AppTest, median "
-             f"of {args.repeats}; baseline: a page with only a title, {base_s * 1e3:.0f} ms.\n",
-             "| page | render | × empty page | target < 1 s |", "|---|---|---|---|"]
-    for page, r in results.items():
-        lines.append(f"| {page} | {r['median_s'] * 1e3:.0f} ms | {r['ratio_to_baseline']:.1f}× | "
-                     f"{'met' if r['meets_target'] else 'MISSED'} |")
-    (HERE / "notes" / "dashboard.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"wrote {render_results_md()}")
+    print("re-rendered " + ", ".join(p.name for p in render_all()))
     return out
 
 

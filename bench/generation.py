@@ -68,7 +68,7 @@ def main() -> int:
     args = ap.parse_args()
 
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    from common import machine, write_json
+    from common import machine_info, render_all, write_json
     from prl.data import synthetic as task
     from prl.generation.engines import SamplingConfig, make_engine
     from prl.generation.prompts import build_prompt
@@ -142,7 +142,7 @@ def main() -> int:
     load_after = os.getloadavg()
     payload = {
         "benchmark": "generation",
-        "machine": machine(),
+        "machine": machine_info(),
         "model": {"dir": model_desc, "model_type": cfg.model_type, "hidden_size": cfg.hidden_size,
                   "num_hidden_layers": cfg.num_hidden_layers, "num_attention_heads": cfg.num_attention_heads,
                   "head_dim": getattr(cfg, "head_dim", None), "vocab_size": cfg.vocab_size, "dtype": args.dtype},
@@ -159,7 +159,7 @@ def main() -> int:
     for name, s in summary.items():
         print(f"[{name}] vLLM / best transformers: " + ", ".join(
             f"{k} {s[k]:.2f}x" for k in ("separate_processes", "in_process")) + f" (target >= {TARGET}x)")
-    print(f"wrote {path}")
+    print(f"wrote {path}; re-rendered " + ", ".join(p.name for p in render_all()))
     if tmp is not None:
         tmp.cleanup()
     return 0

@@ -9,7 +9,7 @@ evaluation with no clients (the writer's wall time).
 
     python bench/load.py [--clients 8] [--rows 200000] [--seconds 30]
 
-Writes bench/results/load.json and bench/notes/load.md. tests/test_load.py runs a short version.
+Writes bench/results/load.json and re-renders the figures (bench/render.py). tests/test_load.py runs a short version.
 """
 
 from __future__ import annotations
@@ -112,10 +112,14 @@ def run_clients(db: str, runs: tuple[str, str, str], clients: int, seconds: floa
             "monotonic": all(all(a <= b for a, b in zip(s, s[1:])) for s in seen), "during_s": round(during_s, 1)}
 
 
+WAIT_ROWS = 16  # rows per write transaction in write_waits
+HOT_ROWS = 64  # rows per transaction of reader_waits' back-to-back writer
+
+
 def write_waits(db: str, runs: tuple[str, str, str], clients: int, rounds: int = 12) -> dict:
-    """Seconds per small write transaction (16 rows) under ``clients`` readers, the writer's turnstile on and off
+    """Seconds per small write transaction (WAIT_ROWS rows) under ``clients`` readers, the writer's turnstile on and off
     alternately (the same load for both): how long a waiting writer is kept out."""
-    from prl.store import db as store_mod
+    from prl.store.db import db as store_mod
 
     waits: dict[str, list[float]] = {"writers_first": [], "no_priority": []}
 
@@ -127,26 +131,26 @@ def write_waits(db: str, runs: tuple[str, str, str], clients: int, rounds: int =
             mode = "writers_first" if k % 2 == 0 else "no_priority"
             rows = [dict(run_id="load-wait", dataset="d", problem_id=f"d/{k}", sample_idx=i, response="x",
                          extracted_answer="1", verdict="correct", score=1.0, n_tokens=5, finish_reason="stop",
-                         verify_ms=1.0) for i in range(16)]
+                         verify_ms=1.0) for i in range(WAIT_ROWS)]
             t = time.perf_counter()
             stores[mode].insert_samples(rows)
             waits[mode].append(time.perf_counter() - t)
             time.sleep(2)
 
     run_clients(db, runs, clients, 1.0, during=during)
-    return {m: {"median_s": round(statistics.median(w), 3), "max_s": round(max(w), 3), "n": len(w)}
-            for m, w in waits.items()}
+    return {**{m: {"median_s": round(statistics.median(w), 3), "max_s": round(max(w), 3), "n": len(w)}
+               for m, w in waits.items()}, "rows_per_write": WAIT_ROWS}
 
 
 HOT_WRITER = r"""
 import sys
-from prl.store import db as store
+from prl.store.db import db as store
 s = store.Store(sys.argv[1], create=False, turnstile=sys.argv[3] == "on")
 print("ready", flush=True)
 for chunk in range(int(sys.argv[2])):
     s.insert_samples([dict(run_id="w", dataset="d", problem_id=f"d/{chunk}", sample_idx=i, response="x" * 200,
                            extracted_answer="1", verdict="correct", score=1.0, n_tokens=5, finish_reason="stop",
-                           verify_ms=1.0) for i in range(64)])
+                           verify_ms=1.0) for i in range(int(sys.argv[4]))])
 """
 
 
@@ -154,7 +158,7 @@ def reader_waits(chunks: int = 150, rounds: int = 3) -> dict:
     """The mirror of :func:`write_waits`: one reader querying in a loop while a writer commits
     ``chunks`` transactions back to back, the turnstile on and off alternately (both sides).
     Per mode: read latency p50/p95/max, reads completed, and the writer's wall time."""
-    from prl.store import db as store_mod
+    from prl.store.db import db as store_mod
 
     out: dict[str, dict] = {}
     lat: dict[str, list[float]] = {"turnstile": [], "no_turnstile": []}
@@ -164,7 +168,7 @@ def reader_waits(chunks: int = 150, rounds: int = 3) -> dict:
         path = Path(tempfile.mkdtemp(prefix="prl-hot-")) / "hot.duckdb"
         reader = store_mod.Store(path, lock_timeout_s=600, turnstile=mode == "turnstile")
         w = subprocess.Popen([sys.executable, "-c", HOT_WRITER, str(path), str(chunks),
-                              "on" if mode == "turnstile" else "off"], cwd=HERE.parent, stdout=subprocess.PIPE, text=True)
+                              "on" if mode == "turnstile" else "off", str(HOT_ROWS)], cwd=HERE.parent, stdout=subprocess.PIPE, text=True)
         assert w.stdout.readline().strip() == "ready"
         t0 = time.perf_counter()
         while w.poll() is None:
@@ -172,13 +176,13 @@ def reader_waits(chunks: int = 150, rounds: int = 3) -> dict:
             reader.rows("count_samples")
             lat[mode].append(time.perf_counter() - t)
         wall[mode].append(time.perf_counter() - t0)
-        if w.wait() != 0 or reader.rows("count_samples") != [(chunks * 64,)]:
+        if w.wait() != 0 or reader.rows("count_samples") != [(chunks * HOT_ROWS,)]:
             raise SystemExit(f"the hot writer failed ({mode}): exit {w.returncode}")
     for mode, xs in lat.items():
         xs = sorted(xs)
         out[mode] = {"reads": len(xs), "p50_ms": _pct([x * 1e3 for x in xs], 50), "p95_ms": _pct([x * 1e3 for x in xs], 95),
                      "max_ms": round(xs[-1] * 1e3, 1), "writer_s": round(statistics.median(wall[mode]), 2)}
-    out["chunks"], out["rounds"] = chunks, rounds
+    out["chunks"], out["rounds"], out["rows_per_chunk"] = chunks, rounds, HOT_ROWS
     return out
 
 
@@ -215,7 +219,7 @@ def main() -> dict:
     args = ap.parse_args()
     import importlib.util
 
-    from common import machine, write_json
+    from common import machine_info, render_all, write_json
 
     spec = importlib.util.spec_from_file_location("bench_dashboard", HERE / "dashboard.py")
     bench_dashboard = importlib.util.module_from_spec(spec)
@@ -254,68 +258,15 @@ def main() -> dict:
                         "seconds": loaded.pop("during_s")}
     waits = write_waits(db, runs, args.clients)
     hot = reader_waits()
-    result = {"machine": machine(), "rows": rows, "quiet": quiet, "with_writer": loaded, "writer_alone": writer_alone,
+    result = {"machine": machine_info(), "rows": rows, "quiet": quiet, "with_writer": loaded, "writer_alone": writer_alone,
               "write_waits": waits, "reader_waits": hot,
               "writer_slowdown": round(loaded["writer"]["seconds"] / writer_alone["seconds"], 2),
               "p95_ratio_to_quiet": round(loaded["p95_ms"] / quiet["p95_ms"], 2),
               "p50_ratio_to_quiet": round(loaded["p50_ms"] / quiet["p50_ms"], 2)}
     write_json("load", result)
-    (HERE / "notes" / "load.md").write_text(render(result))
-    print(render(result))
+    print(f"{loaded['clients']} clients while prl eval wrote: {len(loaded['errors'])} errors, p50 {loaded['p50_ms']:.0f} ms, "
+          f"p95 {loaded['p95_ms']:.0f} ms; re-rendered " + ", ".join(p.name for p in render_all()))
     return result
-
-
-def render(r: dict) -> str:
-    q, w = r["quiet"], r["with_writer"]
-    m = r["machine"]
-    lines = [
-        "## Dashboard queries under load (`bench/load.py`)", "",
-        f"{w['clients']} client processes, each running every page's queries (13 calls, `dashboard.data` and the "
-        f"SQL box) in a loop for {w['seconds']:.0f} s, on a store of {r['rows']:,} samples; {m['cpu']}, {m['cores']} "
-        f"cores, commit {m['git_commit']}, {m['date']}. Baselines in the same run: the same clients with no writer, "
-        "and the same evaluation with no clients.", "",
-        "| | calls | errors | p50 | p95 |", "|---|---|---|---|---|",
-        f"| quiet store | {q['calls']:,} | {len(q['errors'])} | {q['p50_ms']:.0f} ms | {q['p95_ms']:.0f} ms |",
-        f"| while `prl eval` writes | {w['calls']:,} | {len(w['errors'])} | {w['p50_ms']:.0f} ms "
-        f"(**{r['p50_ratio_to_quiet']:.2f}×**) | {w['p95_ms']:.0f} ms (**{r['p95_ratio_to_quiet']:.2f}×**) |", "",
-        f"The writer (a real `prl eval`, one transaction per 4 problems) added {w['writer']['samples_added']} samples "
-        f"in {w['writer']['seconds']:.0f} s under the clients, against {r['writer_alone']['seconds']:.0f} s alone "
-        f"(**{r['writer_slowdown']:.2f}×**, mostly its share of the 2 cores: its vLLM engine starts and generates "
-        f"beside 8 busy processes); the clients saw its count grow from {w['seen_first']} to {w['seen_last']} "
-        f"({'never decreasing' if w['monotonic'] else 'NOT monotonic'}). Per query (p50 / p95 ms, with the writer): "
-        + ", ".join(f"{k} {v['p50_ms']:.0f}/{v['p95_ms']:.0f}" for k, v in w["per_query"].items()) + ".",
-        "", f"**A waiting writer goes next.** Small write transactions (16 rows) under the same {w['clients']} clients, "
-        "alternating the writer's use of the store's turnstile on and off: "
-        + _or_unmeasured(_waits_line, r.get("write_waits")),
-        "", "**Readers are not starved either.** One reader querying in a loop while a writer commits "
-        "transactions back to back (64 rows each), the turnstile on and off alternately: "
-        + _or_unmeasured(_hot_line, r.get("reader_waits")),
-        "", "Latency is dominated by 8 processes (+ the writer and its engine) sharing 2 cores: each query opens "
-        "its own read-only connection (DESIGN §4), so waiting for the writer's short transactions shows up as "
-        "the ratio to the quiet run, and never as an error.",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _or_unmeasured(line, figures: dict | None) -> str:
-    return line(figures) if figures else "not measured in this run."
-
-
-def _waits_line(waits: dict) -> str:
-    on, off = waits["writers_first"], waits["no_priority"]
-    return (f"median {on['median_s']:.2f} s (max {on['max_s']:.2f} s) with it, {off['median_s']:.2f} s "
-            f"(max {off['max_s']:.2f} s) without: **{off['median_s'] / on['median_s']:.1f}×** shorter at the median, "
-            f"**{off['max_s'] / on['max_s']:.0f}×** at the worst ({on['n']} transactions each). A writer that finds the file busy holds the write intent "
-            "(`prl/store.py`): readers already inside finish their query, new ones wait for the write.")
-
-
-def _hot_line(hot: dict) -> str:
-    on, off = hot["turnstile"], hot["no_turnstile"]
-    return (f"with it the reader's longest wait was {on['max_ms']:.0f} ms (p95 {on['p95_ms']:.0f} ms, {on['reads']} reads), "
-            f"without it {off['max_ms']:.0f} ms (p95 {off['p95_ms']:.0f} ms, {off['reads']} reads): "
-            f"**{off['max_ms'] / on['max_ms']:.1f}×** shorter at the worst; the writer's {hot['chunks']} transactions took "
-            f"{on['writer_s']:.1f} s against {off['writer_s']:.1f} s ({hot['rounds']} rounds each, medians). A reader "
-            "that finds the file busy queues at the turnstile, so the writer's next transaction waits for it.")
 
 
 if __name__ == "__main__":

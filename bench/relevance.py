@@ -8,7 +8,7 @@ solution-text answers.
 
     python bench/relevance.py
 
-Writes bench/results/relevance.json and bench/notes/relevance.md, re-renders bench/RESULTS.md.
+Writes bench/results/relevance.json and re-renders the figures (bench/render.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, render_results_md, write_json  # noqa: E402
+from common import machine_info, render_all, write_json  # noqa: E402
 
 from prl.data.datasets import bundled_path  # noqa: E402
 from prl.grading.relevance import SUSPICIOUS_BELOW, relevance  # noqa: E402
@@ -52,25 +52,12 @@ def measure(dataset: str, field: str, seed: int = 0) -> dict:
 
 
 def main() -> dict:
-    results = {"machine": machine(), "threshold": SUSPICIOUS_BELOW,
+    results = {"machine": machine_info(), "threshold": SUSPICIOUS_BELOW,
                "datasets": {d: measure(d, f) for d, f in SOURCES.items()}}
     write_json("relevance", results)
-    lines = ["### Relevance score calibration (`bench/relevance.py`)\n",
-             "Reference solutions scored against their own problem (should be high) and against a random other "
-             "problem of the same set (the Appendix-C case, should be low). Share of solutions below each threshold; "
-             f"the store's `suspicious_passes` view uses {SUSPICIOUS_BELOW}.\n",
-             "| data set | pairs | median own | median other | " +
-             " | ".join(f"< {t} own / other" for t in THRESHOLDS) + " |",
-             "|---|---|---|---|" + "---|" * len(THRESHOLDS)]
-    for d, r in results["datasets"].items():
-        lines.append(f"| {d} | {r['pairs']} | {r['median_own']:.2f} | {r['median_other']:.2f} | " + " | ".join(
-            f"{r['below'][str(t)]['own']:.0%} / {r['below'][str(t)]['other']:.0%}" for t in THRESHOLDS) + " |")
-    lines.append("\nA screen for reading, not a verdict: minerva_math's physics solutions are terse and reuse few of "
-                 "their problem's words, so a third of them fall below the threshold against their own problem.\n")
-    (Path(__file__).resolve().parent / "notes" / "relevance.md").write_text("\n".join(lines), encoding="utf-8")
     for d, r in results["datasets"].items():
         print(d, r)
-    print(f"wrote {render_results_md()}")
+    print("re-rendered " + ", ".join(p.name for p in render_all()))
     return results
 
 

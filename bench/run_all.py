@@ -1,4 +1,4 @@
-"""Run every benchmark in one go and write bench/RESULTS.md with a summary of DESIGN §6's targets.
+"""Run every benchmark in one go, then re-render every figure of README.md and bench/RESULTS.md.
 
     python bench/run_all.py            # the standard set (~15 min on 2 cores)
     python bench/run_all.py --full     # + the 10 M-sample store and the full (20-kill) fault suite
@@ -6,7 +6,9 @@
 
 Each benchmark runs as its own process (so one's threads and memory do not colour the next) and
 writes bench/results/<name>.json; every figure there is a ratio to a baseline measured in the
-same run. The fault suite's kill chains write artifacts/faults/*.json, summarised here too.
+same run. The fault suite's kill chains write artifacts/faults/*.json, collected into
+bench/results/faults.json. At the end, bench/render.py renders README.md's and RESULTS.md's figure
+regions from bench/results/*.json (the one home for rendering).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from common import RESULTS_DIR, machine, render_results_md  # noqa: E402
+from common import RESULTS_DIR, machine_info, render_all  # noqa: E402
 
 
 def _warm_model() -> str:
@@ -59,7 +61,13 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, float,
 def collect_faults() -> None:
     """Copy the kill chains' records (artifacts/faults/*.json, written by tests/faults) into results/faults.json."""
     chains = [json.loads(p.read_text()) for p in sorted((ROOT / "artifacts" / "faults").glob("*.json"))]
-    (RESULTS_DIR / "faults.json").write_text(json.dumps({"machine": machine(), "chains": chains}, indent=2) + "\n")
+    (RESULTS_DIR / "faults.json").write_text(json.dumps({"machine": machine_info(), "chains": chains}, indent=2) + "\n")
+
+
+def _render() -> None:
+    changed = render_all()
+    print("[run_all] re-rendered the figures: " + (", ".join(str(p.relative_to(ROOT)) for p in changed) or "already current"),
+          file=sys.stderr)
 
 
 def main() -> int:
@@ -67,11 +75,11 @@ def main() -> int:
     ap.add_argument("--full", action="store_true", help="also the 10 M-sample store and 20 kills per fault chain")
     ap.add_argument("--only", default=None, help="comma-separated subset of: " + ", ".join(BENCHES))
     ap.add_argument("--collect-faults", action="store_true",
-                    help="only collect the records of a fault-suite run made with pytest, and re-render RESULTS.md")
+                    help="only collect the records of a fault-suite run made with pytest, and re-render the figures")
     args = ap.parse_args()
     if args.collect_faults:
         collect_faults()
-        print(f"[run_all] wrote {render_results_md()}", file=sys.stderr)
+        _render()
         return 0
     names = args.only.split(",") if args.only else list(BENCHES)
     unknown = sorted(set(names) - set(BENCHES))
@@ -95,10 +103,9 @@ def main() -> int:
             collect_faults()
     previous = json.loads((RESULTS_DIR / "run_all.json").read_text()) if (RESULTS_DIR / "run_all.json").exists() else {}
     status = {**previous.get("benchmarks", {}), **status}  # a partial run (--only) keeps the others' status
-    (RESULTS_DIR / "run_all.json").write_text(json.dumps({"machine": machine(), "full": args.full,
+    (RESULTS_DIR / "run_all.json").write_text(json.dumps({"machine": machine_info(), "full": args.full,
                                                           "benchmarks": status}, indent=2) + "\n")
-    path = render_results_md()
-    print(f"[run_all] wrote {path}", file=sys.stderr)
+    _render()
     return 0 if all(s["returncode"] == 0 for s in status.values()) else 1
 
 

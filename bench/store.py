@@ -12,7 +12,7 @@ and relevance scores; the paired query compares two of those runs. Measured in o
 
     python bench/store.py [--rows N]
 
-Writes bench/results/store.json and bench/notes/store.md and re-renders bench/RESULTS.md.
+Writes bench/results/<name>.json and re-renders the figures (bench/render.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, render_results_md, write_json  # noqa: E402
+from common import machine_info, render_all, write_json  # noqa: E402
 
 from prl.store.db import SAMPLE_COLUMNS, Store  # noqa: E402
 
@@ -159,32 +159,14 @@ def main() -> dict:
 
     target_s = TARGET_INGEST_S * max(1.0, n_rows / 1e6)  # 10 s per million rows
     results = {
-        "machine": machine(), "rows": n_rows, "runs": runs, "ingest_s": ingest_s,
+        "machine": machine_info(), "rows": n_rows, "runs": runs, "repeats": args.repeats, "ingest_s": ingest_s,
         "ingest_chunks": chunks, "target_ingest_s": target_s, "parquet_write_s": parquet_s, "ingest_ratio_to_parquet": ingest_s / parquet_s,
         "reingest_chunk_s": reingest_s, "reingest_added": again, "store_mib": size_mb,
         "meets_ingest_target": ingest_s < target_s, "count_baseline_ms": base_ms,
         "connect_ms": connect_ms, "queries": results_q,
     }
     write_json(args.name, results)
-    m = results["machine"]
-    lines = [
-        f"### Store at {n_rows / 1e6:.0f} M samples (`bench/store.py --rows {args.rows}`)\n",
-        f"{n_rows:,} generated sample rows ({runs} runs × 1,517 problems × 8), {m['cpu']}, {m['cores']} cores, "
-        f"commit {m['git_commit']}. Store file {size_mb:.0f} MiB.\n",
-        f"| ingest ({chunks} idempotent chunks) | baseline: Parquet write of the same rows | ratio | target < {target_s:.0f} s | re-ingest of a stored chunk |",
-        "|---|---|---|---|---|",
-        f"| {ingest_s:.2f} s | {parquet_s:.2f} s | {ingest_s / parquet_s:.1f}× | {'met' if ingest_s < target_s else 'MISSED'} "
-        f"| {reingest_s:.2f} s, {again} rows added |\n",
-        "Queries through `Store.rows` (each opens and closes a read-only connection, as the report and dashboard do; "
-        f"opening one costs ~{connect_ms:.0f} ms). Baseline: `count(*)` on an open connection, {base_ms:.2f} ms.\n",
-        "| named query | median | p95 | × baseline | target p95 < 300 ms |",
-        "|---|---|---|---|---|",
-    ]
-    for label, q in results_q.items():
-        lines.append(f"| `{label}` | {q['median_ms']:.1f} ms | {q['p95_ms']:.1f} ms | {q['ratio_to_count']:.0f}× | "
-                     f"{'met' if q['meets_target'] else 'MISSED'} |")
-    (Path(__file__).resolve().parent / "notes" / f"{args.name}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"wrote {render_results_md()}")
+    print("re-rendered " + ", ".join(p.name for p in render_all()))
     return results
 
 

@@ -10,7 +10,7 @@ estimator and are reported once for scale.
 
     python bench/train_step.py --model DIR [--prompts 16] [--repeats 9]
 
-Writes bench/results/train_step.json and bench/notes/train_step.md and re-renders bench/RESULTS.md.
+Writes bench/results/train_step.json and re-renders the figures (bench/render.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, render_results_md, write_json  # noqa: E402
+from common import machine_info, render_all, write_json  # noqa: E402
 
 from prl_core.config import AlgorithmConfig  # noqa: E402
 from prl_core.estimators import get_estimator  # noqa: E402
@@ -84,24 +84,12 @@ def main() -> dict:
         c["meets_target"] = c["ratio_to_grpo"] <= TARGET
     shape = {"rollouts": int(r.mask.shape[0]), "max_response_tokens": int(r.mask.shape[1]),
              "mean_response_tokens": float(r.mask.sum(1).float().mean())}
-    results = {"machine": machine(), "shape": shape, "cases": cases,
+    results = {"machine": machine_info(), "shape": shape, "cases": cases, "repeats": args.repeats,
                "once_ms": {"generate": (t1 - t0) * 1e3, "verify": (t2 - t1) * 1e3, "logprobs": (t3 - t2) * 1e3}}
     write_json("train_step", results)
-    m = results["machine"]
-    lines = ["### Training step: PRL vs GRPO on the same rollouts (`bench/train_step.py`)\n",
-             f"{shape['rollouts']} rollouts (≤ {shape['max_response_tokens']} tokens, mean {shape['mean_response_tokens']:.0f}) "
-             f"of the warm-started tiny model; DeepSpeed fp32 on {m['cores']} CPU cores ({m['cpu']}), commit "
-             f"{m['git_commit']}. Timed: advantages + PPO update, alternating, median of {args.repeats}. Same for all "
-             f"estimators and not timed: generate {results['once_ms']['generate']:.0f} ms, verify "
-             f"{results['once_ms']['verify']:.0f} ms, log-probs {results['once_ms']['logprobs']:.0f} ms.\n",
-             "| estimator | advantages + update | × GRPO (target ≤ 1.05×) |", "|---|---|---|"]
-    for name, c in cases.items():
-        lines.append(f"| {name} | {c['median_ms']:.0f} ms | **{c['ratio_to_grpo']:.3f}×** "
-                     f"{'(met)' if c['meets_target'] else '(missed)'} |")
-    (Path(__file__).resolve().parent / "notes" / "train_step.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     for name, c in cases.items():
         print(f"{name:<16} {c['median_ms']:8.1f} ms  {c['ratio_to_grpo']:.3f}x GRPO")
-    print(f"wrote {render_results_md()}")
+    print("re-rendered " + ", ".join(p.name for p in render_all()))
     return results
 
 

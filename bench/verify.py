@@ -12,7 +12,7 @@ Target: pool+cache ≥ 2× the sequential loop, identical verdicts.
 
     python bench/verify.py [--limit N]
 
-Writes bench/results/verify.json and bench/notes/verify.md, and re-renders bench/RESULTS.md.
+Writes bench/results/verify.json (not with --limit) and re-renders the figures (bench/render.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, render_results_md, write_json  # noqa: E402
+from common import machine_info, render_all, write_json  # noqa: E402
 
 from prl.data.datasets import BENCHMARKS, load_dataset  # noqa: E402
 from prl.grading.verifier import VerifierPool, verify_one  # noqa: E402
@@ -46,13 +46,7 @@ def responses_for(gold: str, rng: random.Random, n: int = 8) -> list[str]:
     return out
 
 
-NOTE = (
-    "What the pool does beyond running 2 workers (the 2 vCPUs give ~1.4× from parallelism, DESIGN §5): "
-    "the parent verifies each distinct (answer, gold) once (two thirds of the items are cache hits); each "
-    "worker keeps the golds it has parsed (a benchmark gold's parse is ~60% of the cost of verifying a short "
-    "answer, and a problem's 8 samples share it), and the queue keeps a worker on the gold it parsed last. "
-    "Before those two (same bench, earlier runs) the speed-up was 1.78–2.02×.\n"
-)
+
 
 
 def main(argv=None) -> dict:
@@ -87,26 +81,14 @@ def main(argv=None) -> dict:
     print(f"  speed-up {ratio:.2f}x [target >= 2x: {'met' if ratio >= 2 else 'MISSED'}]; "
           f"verdict mismatches: {len(mismatches)}")
     results = {
-        "machine": machine(), "responses": len(pairs), "workers": args.workers,
+        "machine": machine_info(), "responses": len(pairs), "workers": args.workers,
         "sequential_s": seq_s, "pool_cache_s": pool_s, "pool_start_s": start_s, "speedup": ratio,
         "meets_target_2x": ratio >= 2, "verdict_mismatches": len(mismatches),
         "verdicts": dict(Counter(v.verdict for v in sequential)), "pool_stats": stats,
     }
     if args.limit is None:
         write_json("verify", results)
-        notes = Path(__file__).resolve().parent / "notes" / "verify.md"
-        notes.write_text(
-            "### Verification: process pool + cache vs the sequential loop (`bench/verify.py`)\n\n"
-            f"{len(pairs):,} responses (1,517 benchmark problems × 8, synthetic text with repeated answers), "
-            f"{results['machine']['cpu']}, {results['machine']['cores']} cores, commit {results['machine']['git_commit']}.\n\n"
-            "| sequential, no cache | pool + cache | speed-up (target ≥ 2×) | cache hits | verdict mismatches |\n"
-            "|---|---|---|---|---|\n"
-            f"| {seq_s:.1f} s | {pool_s:.1f} s ({args.workers} workers, start {start_s:.1f} s) | **{ratio:.2f}×** "
-            f"{'(met)' if ratio >= 2 else '(missed)'} | {stats['cache_hits']:,} | {len(mismatches)} |\n\n"
-            f"Verdicts: {', '.join(f'{k} {v:,}' for k, v in sorted(results['verdicts'].items()))}.\n\n"
-            + NOTE
-        )
-        print(f"wrote {render_results_md()}")
+        print("re-rendered " + ", ".join(p.name for p in render_all()))
     return results
 
 

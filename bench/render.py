@@ -1,0 +1,717 @@
+"""Render every benchmark figure of README.md and bench/RESULTS.md from bench/results/*.json.
+
+    python bench/render.py            # rewrite the generated regions of both files in place
+    python bench/render.py --check    # change nothing; exit 1 listing each region that differs
+
+A generated region is the text between ``<!-- figures:NAME -->`` and ``<!-- /figures:NAME -->``;
+REGIONS maps each NAME to the function that renders it from the results files, and EXPECTED lists
+the regions each Markdown file must hold. Text outside the regions is written by hand and states
+no benchmark figure (it points at the regions). Every region names the machine its figures come
+from (CPU model, cores) and flags, in the text, figures of one table or list that come from
+different machines. Rendering is deterministic: the same JSON gives byte-identical Markdown (no
+clock, no environment, results read in a fixed order).
+
+One home for rendering: bench/run_all.py and every bench script call :func:`write_all` after
+writing their results. ``--results DIR`` renders from another results folder (the tests use a
+modified copy), ``--root DIR`` reads and writes the Markdown files of another checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+FILES = ("README.md", "bench/RESULTS.md")
+
+DEMO_TARGET_MIN = 15.0
+DEMO_COMMAND = "python bench/demo.py"
+
+
+class Results:
+    """The results files, read lazily from one folder; remembers which ones a region used."""
+
+    def __init__(self, directory: Path):
+        self.dir = Path(directory)
+        self._cache: dict[str, dict | None] = {}
+        self.used: list[str] = []
+
+    def get(self, name: str) -> dict | None:
+        if name not in self.used:
+            self.used.append(name)
+        if name not in self._cache:
+            path = self.dir / f"{name}.json"
+            self._cache[name] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+        return self._cache[name]
+
+    def path(self, name: str) -> str:
+        return f"bench/results/{name}.json"
+
+
+# --- formatting ---------------------------------------------------------------------------------
+
+def machine_label(m: dict | None) -> str:
+    """Short: CPU model and cores (the usable ones when an affinity mask leaves fewer), GPU if any."""
+    if not m:
+        return "machine not recorded"
+    cores, aff = m.get("cores"), m.get("affinity_cores")
+    label = f"{m.get('cpu') or 'unknown CPU'}, " + (f"{aff} of {cores} cores" if aff not in (None, cores) else f"{cores} cores")
+    return label + (f", {m['gpu']}" if m.get("gpu") else "")
+
+
+def machine_detail(m: dict | None) -> str:
+    """The label, steal share where recorded, commit and date."""
+    if not m:
+        return "machine not recorded"
+    parts = [machine_label(m)]
+    if "steal_share" in m:
+        parts[0] += "" if m["steal_share"] is None else f", {m['steal_share']:.1%} CPU steal"
+    if m.get("git_commit"):
+        parts.append(f"commit {m['git_commit']}")
+    if m.get("date"):
+        parts.append(m["date"])
+    return ", ".join(parts)
+
+
+def machines_line(res: Results, names: list[str]) -> tuple[str, bool]:
+    """("Machine: …" or a mixed-machines warning, mixed?) for the results files ``names`` that exist."""
+    by_label: dict[str, list[str]] = {}
+    for name in names:
+        r = res.get(name)
+        if r is not None:
+            by_label.setdefault(machine_label(r.get("machine")), []).append(f"{name}.json")
+    if not by_label:
+        return "", False
+    if len(by_label) == 1:
+        return f"Machine: {next(iter(by_label))} (every figure here).", False
+    return ("**Mixed machines: these figures come from " + str(len(by_label)) + " different machines; do not compare "
+            "them as if measured on one** — " + "; ".join(f"{label}: {', '.join(files)}" for label, files in by_label.items())
+            + "."), True
+
+
+def met(ok: bool | None) -> str:
+    return "—" if ok is None else ("**met**" if ok else "**missed**")
+
+
+def duration(s: float) -> str:
+    s = round(s)
+    if s < 60:
+        return f"{s} s"
+    m, s = divmod(s, 60)
+    if m < 60:
+        return f"{m} min {s} s" if s else f"{m} min"
+    h, m = divmod(m, 60)
+    return f"{h} h {m} min"
+
+
+def pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def pp(x: float) -> str:
+    return f"{x * 100:+.1f} pp".replace("-", "−")
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def missing(name: str, command: str) -> str:
+    return f"`bench/results/{name}.json` has not been recorded yet: `{command}` records it."
+
+
+# --- the targets (shared by RESULTS.md's summary and README's Performance) -----------------------
+
+def target_rows(res: Results, with_faults: bool = True, with_demo: bool = True) -> list[tuple[str, str, str, str, str]]:
+    """(target, measured, baseline, met, results name) for each target of DESIGN §6 and issue 8."""
+    rows: list[tuple[str, str, str, str, str]] = []
+    adv = res.get("advantages")
+    if adv:
+        c = adv["allocators"]["default"]["cases"]["fixed:256"]
+        shape = adv["allocators"]["default"]["shape"]
+        rows.append((f"PRL advantages, B={shape['B']}, L={shape['T']}: ≥ 20× a per-sample loop", f"{c['speedup_vs_loop']:.0f}×",
+                     "per-token Python loop (authors' shape)", met(c["meets_loop_target_20x"]), "advantages"))
+        rows.append(("… and ≤ 3× one `torch.cumsum`", f"{c['ratio_to_cumsum']:.2f}×", "one torch.cumsum",
+                     met(c["meets_cumsum_target_3x"]), "advantages"))
+    ts = res.get("train_step")
+    if ts:
+        worst = max(v["ratio_to_grpo"] for k, v in ts["cases"].items() if k != "grpo")
+        rows.append(("PRL training step within 5% of GRPO's", f"{worst:.3f}× (slowest PRL split)", "GRPO step, same rollouts",
+                     met(worst <= 1.05), "train_step"))
+    gen = res.get("generation")
+    if gen:
+        best = max(v["in_process"] for v in gen["ratio_summary"].values())
+        rows.append((f"vLLM ≥ {gen.get('target', 3.0):.0f}× `transformers.generate`", f"{best:.2f}× (in-process, best workload)",
+                     "transformers, best batch size", met(best >= gen.get("target", 3.0)), "generation"))
+    ver = res.get("verify")
+    if ver:
+        rows.append((f"Verify {ver['responses']:,} responses: pool + cache ≥ 2× sequential", f"{ver['speedup']:.2f}×",
+                     "sequential uncached loop", met(ver["meets_target_2x"]), "verify"))
+    for name in ("store", "store_10m"):
+        st = res.get(name)
+        if st:
+            label = f"{st['rows'] / 1e6:.0f} M"
+            worst = max(q["p95_ms"] for q in st["queries"].values())
+            rows.append((f"Store {label} samples: ingest < {st['target_ingest_s']:.0f} s",
+                         f"{st['ingest_s']:.1f} s ({st['ingest_ratio_to_parquet']:.0f}× Parquet)",
+                         "Parquet write of the same rows", met(st["meets_ingest_target"]), name))
+            rows.append((f"… every dashboard query < 300 ms at {label}", f"p95 ≤ {worst:.0f} ms",
+                         f"count(*) {st['count_baseline_ms']:.2f} ms", met(worst < 300), name))
+    dash = res.get("dashboard")
+    if dash:
+        worst = max(p["median_s"] for p in dash["pages"].values())
+        rows.append((f"Every dashboard page < 1 s at {dash['rows'] / 1e6:.0f} M samples", f"≤ {worst:.2f} s",
+                     f"empty page {dash['baseline_s']:.2f} s", met(worst < 1.0), "dashboard"))
+    load = res.get("load")
+    if load:
+        w = load["with_writer"]
+        fresh = w["monotonic"] and w["seen_last"] == w["writer"]["samples_added"]
+        rows.append((f"{w['clients']} dashboard clients while `prl eval` writes: no errors, fresh rows seen",
+                     f"{len(w['errors'])} errors; p50 {w['p50_ms']:.0f} ms, p95 {w['p95_ms']:.0f} ms "
+                     f"({load['p95_ratio_to_quiet']:.2f}× quiet p95); rows seen {w['seen_first']} → {w['seen_last']}; "
+                     f"the writer {load['writer_slowdown']:.2f}× its time alone",
+                     "same clients, no writer; same eval, no clients", met(not w["errors"] and fresh), "load"))
+        ww = load.get("write_waits")
+        if ww:
+            on, off = ww["writers_first"], ww["no_priority"]
+            rows.append((f"… a write waiting under {w['clients']} clients goes next (turnstile)",
+                         f"median {on['median_s']:.2f} s, worst {on['max_s']:.2f} s",
+                         f"turnstile off: median {off['median_s']:.2f} s, worst {off['max_s']:.2f} s", "—", "load"))
+        rw = load.get("reader_waits")
+        if rw:
+            on, off = rw["turnstile"], rw["no_turnstile"]
+            rows.append(("… a reader beside a writer committing back to back is not starved",
+                         f"worst wait {on['max_ms']:.0f} ms (p95 {on['p95_ms']:.0f} ms)",
+                         f"turnstile off: worst {off['max_ms']:.0f} ms (p95 {off['p95_ms']:.0f} ms)", "—", "load"))
+    faults = res.get("faults") if with_faults else None
+    if faults and faults["chains"]:
+        ch = faults["chains"]
+        lost = sum(f.get("rows_lost", 0) for f in ch)
+        per_chain = [f"{f['name']} {f['kills']}" for f in ch]
+        rows.append(("kill -9 at random points (" + ", ".join(f["name"] for f in ch) + "): nothing lost",
+                     f"{sum(f['kills'] for f in ch)} kills ({', '.join(per_chain)}), "
+                     f"{sum(f['recovered'] for f in ch)} recovered, {lost} rows lost", "an uninterrupted run's rows",
+                     met(lost == 0), "faults"))
+    demo = res.get("demo") if with_demo else None
+    if demo:
+        rows.append((f"Demo: fresh clone → dashboard < {DEMO_TARGET_MIN:.0f} min", duration(demo["seconds"]), "—",
+                     met(demo["seconds"] < DEMO_TARGET_MIN * 60), "demo"))
+    return rows
+
+
+def targets_table(res: Results, rows: list[tuple[str, str, str, str, str]]) -> list[str]:
+    names = list(dict.fromkeys(r[4] for r in rows))
+    line, mixed = machines_line(res, names)
+    header = ["target", "measured", "baseline (same run)", ""]
+    body = [[a, b, c, d] for a, b, c, d, _ in rows]
+    if mixed:
+        header.append("machine")
+        for row, r in zip(body, rows):
+            row.append(machine_label(res.get(r[4]).get("machine")))
+    return [line, ""] + table(header, body)
+
+
+# --- README regions ------------------------------------------------------------------------------
+
+def region_status(res: Results) -> str:
+    parts = []
+    demo = res.get("demo")
+    if demo:
+        parts.append(f"the demo: {duration(demo['seconds'])} fresh clone → dashboard "
+                     f"(target < {DEMO_TARGET_MIN:.0f} min: {met(demo['seconds'] < DEMO_TARGET_MIN * 60)})")
+    else:
+        parts.append(f"the demo: not recorded yet (`{DEMO_COMMAND}` records it)")
+    faults = res.get("faults")
+    if faults and faults["chains"]:
+        ch = faults["chains"]
+        parts.append(f"kill chains: {sum(f['kills'] for f in ch)} kills, {sum(f['recovered'] for f in ch)} recovered, "
+                     f"{sum(f.get('rows_lost', 0) for f in ch)} rows lost")
+    load = res.get("load")
+    if load:
+        w = load["with_writer"]
+        parts.append(f"{w['clients']} dashboard clients + a writer: {len(w['errors'])} errors")
+    line, _ = machines_line(res, ["demo", "faults", "load"])
+    return ("Latest recorded figures — " + "; ".join(parts) + ". " + line
+            + " Every figure: [bench/RESULTS.md](bench/RESULTS.md).")
+
+
+def _check_fraction(where: str, x: float) -> float:
+    if not 0.0 <= x <= 1.0:
+        raise ValueError(f"bench/results/demo.json: {where} = {x!r} is not a fraction in [0, 1]")
+    return x
+
+
+def _check_diff(where: str, x: float) -> float:
+    if not -1.0 <= x <= 1.0:
+        raise ValueError(f"bench/results/demo.json: {where} = {x!r} is not a difference of fractions in [-1, 1]")
+    return x
+
+
+def region_demo(res: Results) -> str:
+    """The demo's time per phase and held-out results, from bench/results/demo.json.
+
+    Expected schema (written by bench/demo.py): {"machine": {...}, "commit": str, "phases": {name: seconds},
+    "seconds": total, "held_out": {model: {"average", "lo", "hi", "working_share"}}, "paired": {"A vs B":
+    {"diff", "lo", "hi"}}}; averages, bounds and shares are fractions in [0, 1], differences in [-1, 1].
+    """
+    demo = res.get("demo")
+    if demo is None:
+        return ("The demo's result file (`bench/results/demo.json`) has not been recorded yet, so its time and "
+                f"held-out results are not shown here: `{DEMO_COMMAND}` runs the demo from a fresh clone and records "
+                "them, and `python bench/render.py` then renders them in this place.")
+    phases = demo.get("phases") or {}
+    names = list(phases)
+    lines = [f"Recorded by `{DEMO_COMMAND}` at commit {demo.get('commit') or '?'} on {machine_detail(demo.get('machine'))}."]
+    span = (f"from the start of *{names[0]}* to the end of *{names[-1]}*" if len(names) > 1
+            else (f"over *{names[0]}*" if names else "over its whole run"))
+    lines.append(f"Time measured {span}: " + ", ".join(f"{k} {duration(v)}" for k, v in phases.items())
+                 + ("; " if phases else "") + f"**{duration(demo['seconds'])} in all** "
+                 f"(target < {DEMO_TARGET_MIN:.0f} min: {met(demo['seconds'] < DEMO_TARGET_MIN * 60)}).")
+    held = demo.get("held_out") or {}
+    if held:
+        lines += ["", "Held-out results (average@n, 95% bootstrap CI over problems; *shows its working*: the share of "
+                  "answers that show the working):", ""]
+        rows = []
+        for model, h in held.items():
+            ws = h.get("working_share")
+            rows.append([model, pct(_check_fraction(f"held_out.{model}.average", h["average"])),
+                         f"[{pct(_check_fraction(f'held_out.{model}.lo', h['lo']))}, "
+                         f"{pct(_check_fraction(f'held_out.{model}.hi', h['hi']))}]",
+                         "—" if ws is None else pct(_check_fraction(f"held_out.{model}.working_share", ws))])
+        lines += table(["model", "average", "95% CI", "shows its working"], rows)
+    paired = demo.get("paired") or {}
+    if paired:
+        lines += ["", "Paired comparisons (same problems, bootstrap over problems):", ""]
+        rows = []
+        for name, p in paired.items():
+            lo = _check_diff(f"paired.{name}.lo", p["lo"])
+            hi = _check_diff(f"paired.{name}.hi", p["hi"])
+            verdict = "within noise: the CI includes 0" if lo <= 0 <= hi else "the CI excludes 0"
+            rows.append([name, pp(_check_diff(f"paired.{name}.diff", p["diff"])), f"[{pp(lo)}, {pp(hi)}]", verdict])
+        lines += table(["comparison", "difference", "95% CI", ""], rows)
+    return "\n".join(lines)
+
+
+def region_performance(res: Results) -> str:
+    return "\n".join(targets_table(res, target_rows(res, with_faults=False, with_demo=False)))
+
+
+def region_reliability(res: Results) -> str:
+    items = []
+    faults = res.get("faults")
+    if faults and faults["chains"]:
+        ch = faults["chains"]
+        per_chain = [f"{f['name']} {f['kills']}" for f in ch]
+        items.append(f"- kill chains ({', '.join(per_chain)} kills): {sum(f['recovered'] for f in ch)} recovered; of {sum(f.get('rows_expected', 0) for f in ch):,} "
+                     f"rows {sum(f.get('rows_lost', 0) for f in ch)} lost, {sum(f.get('duplicates', 0) for f in ch)} "
+                     f"duplicated, {sum(f.get('rows_extra', 0) for f in ch)} extra;")
+    else:
+        items.append("- kill chains: " + missing("faults", "python bench/run_all.py --only faults"))
+    st = res.get("store_10m")
+    if st:
+        worst = max(q["p95_ms"] for q in st["queries"].values())
+        items.append(f"- the store at {st['rows'] / 1e6:.0f} M samples: ingest {st['ingest_s']:.0f} s "
+                     f"(target < {st['target_ingest_s']:.0f} s), every named query p95 ≤ {worst:.0f} ms;")
+    load = res.get("load")
+    if load:
+        w = load["with_writer"]
+        text = (f"- {w['clients']} dashboard clients while an evaluation writes: {len(w['errors'])} errors, rows seen "
+                f"{w['seen_first']} → {w['seen_last']} of the {w['writer']['samples_added']} written")
+        ww, rw = load.get("write_waits"), load.get("reader_waits")
+        if ww:
+            text += (f"; a waiting write's worst case {ww['no_priority']['max_s']:.1f} s without the turnstile, "
+                     f"{ww['writers_first']['max_s']:.2f} s with it")
+        if rw:
+            text += (f"; a waiting read's worst case {rw['no_turnstile']['max_ms']:.0f} ms without it, "
+                     f"{rw['turnstile']['max_ms']:.0f} ms with it")
+        items.append(text + ".")
+    line, _ = machines_line(res, ["faults", "store_10m", "load"])
+    return "\n".join(["Figures of the last recorded runs (details in [bench/RESULTS.md](bench/RESULTS.md)):", ""]
+                     + items + ["", line])
+
+
+# --- RESULTS.md regions --------------------------------------------------------------------------
+
+def region_summary(res: Results) -> str:
+    rows = target_rows(res)
+    if not rows:
+        return "No results recorded yet: `python bench/run_all.py` records them."
+    return "\n".join(targets_table(res, rows) + ["", "Each benchmark's section below gives its machine, date and commit."])
+
+
+def region_advantages(res: Results) -> str:
+    r = res.get("advantages")
+    if r is None:
+        return missing("advantages", "python bench/advantages.py")
+    first = next(iter(r["allocators"].values()))
+    m = r["machine"]
+    lines = [f"B = {first['shape']['B']}, L = {first['shape']['T']}, η = {first['shape']['eta']}; {machine_detail(m)}; "
+             f"torch {m.get('torch')} ({m.get('torch_threads')} threads). One `torch.cumsum` over the same tensor: "
+             + ", ".join(f"{a['baseline_cumsum_ms']:.2f} ms ({mode})" for mode, a in r["allocators"].items()) + ".", ""]
+    rows = []
+    cum_met, cum_missed, loop_missed = [], [], []
+    for mode, a in r["allocators"].items():
+        for name, c in a["cases"].items():
+            rows.append([mode, name, f"{c['prl_advantages_ms']:.2f} ms",
+                         f"**{c['ratio_to_cumsum']:.2f}×** {'(met)' if c['meets_cumsum_target_3x'] else '(missed)'}",
+                         f"{c['loop_ms']:.0f} ms",
+                         f"**{c['speedup_vs_loop']:.0f}×** {'(met)' if c['meets_loop_target_20x'] else '(missed)'}",
+                         f"{c['speedup_vs_per_sample_torch_loop']:.1f}×", f"{c['max_abs_diff_vs_loop']:.1e}"])
+            (cum_met if c["meets_cumsum_target_3x"] else cum_missed).append(f"{name} ({mode})")
+            if not c["meets_loop_target_20x"]:
+                loop_missed.append(f"{name} ({mode})")
+    lines += table(["allocator", "split", "prl_advantages", "× one torch.cumsum (target ≤ 3×)",
+                    "per-token Python loop (authors' shape)", "speed-up (target ≥ 20×)",
+                    "per-sample torch loop speed-up", "max abs diff vs loops"], rows)
+    lines += ["", f"`step_boundaries(mask, 'fixed:256')`: {first['step_boundaries_fixed256_ms']:.2f} ms per batch "
+              "(not in the timings).", "",
+              "≥ 20× the per-sample loop: " + (("missed for " + ", ".join(loop_missed)) if loop_missed else "met in every case")
+              + ". ≤ 3× one `torch.cumsum`: met for " + (", ".join(cum_met) or "none") + "; missed for "
+              + (", ".join(cum_missed) or "none") + "."]
+    return "\n".join(lines)
+
+
+def region_generation(res: Results) -> str:
+    g = res.get("generation")
+    if g is None:
+        return missing("generation", "python bench/generation.py")
+    target = g.get("target", 3.0)
+    summ = g["ratio_summary"]
+    ok = any(any(v["meets_target"].values()) for v in summ.values())
+
+    def tokens(w: dict) -> int:
+        return round(next(iter(w["vllm"].values()))["generated_tokens"] / (g["prompts"] * g["n"]))
+
+    wl = g["workloads"]
+    names = [f"{tokens(w)} tokens" for w in wl.values()]
+    inproc = " and ".join(f"{summ[k]['in_process']:.2f}× ({n})" for k, n in zip(wl, names))
+    sep = " and ".join(f"{summ[k]['separate_processes']:.2f}×" for k in wl)
+    md, eng = g["model"], g.get("vllm_engine", {})
+    la = g.get("load_average_before_after")
+    lines = [f"**Target (DESIGN §6): vLLM ≥ {target:.0f}× `transformers.generate` generated tokens/s. "
+             f"{'Met' if ok else 'Not met'} on the embedded model with a tuned transformers baseline: {inproc} with vLLM "
+             f"in-process, {sep} with vLLM's default separate processes.**", "",
+             f"Setup: {md['dir']}; {md['model_type']}, hidden {md['hidden_size']}, {md['num_hidden_layers']} layers, "
+             f"head_dim {md['head_dim']}, vocab {md['vocab_size']}, {md['dtype']}; {g['prompts']} prompts "
+             f"({g['prompt_tokens_mean']:.0f} tokens on average) × {g['n']} samples; {g['sampling']}; both engines "
+             f"through `prl.generation.engines`. {machine_detail(g['machine'])}; torch {g['machine'].get('torch')}, vLLM "
+             f"{eng.get('engine_version', '?')} on {eng.get('device', '?')}"
+             + (f"; load average {la[0]} at the start, {la[1]} at the end" if la else "") + ".", ""]
+    rows = []
+    for w, name in zip(wl.values(), names, strict=True):
+        tf = w["transformers"]
+        best = tf[w["transformers_best"]]["tokens_per_s"]
+        speeds = [v["tokens_per_s"] for v in tf.values()]
+        batches = [k.removeprefix("batch_") for k in tf]
+        r = w["ratio_vs_best_transformers"]
+        rows.append([f"{g['prompts'] * g['n']} × {name}",
+                     f"{best:,.0f} tok/s ({w['transformers_best'].removeprefix('batch_')}; "
+                     f"{min(speeds) / 1e3:.1f}–{max(speeds) / 1e3:.1f}k for {batches[0]}–{batches[-1]})",
+                     f"{w['vllm']['separate_processes']['tokens_per_s']:,.0f} tok/s",
+                     f"{w['vllm']['in_process']['tokens_per_s']:,.0f} tok/s",
+                     f"{r['separate_processes']:.2f}× / **{r['in_process']:.2f}×**"])
+    lines += table(["workload", "transformers, best batch (sequences)", "vLLM, separate processes", "vLLM, in-process",
+                    "ratio (separate / in-process)"], rows)
+    st = g.get("engine_start_s", {})
+    if st.get("vllm"):
+        lines += ["", f"Engine start: vLLM {st['vllm']['separate_processes']:.1f} s with separate processes, "
+                  f"{st['vllm']['in_process']:.1f} s in-process ({st.get('note', 'excluded from tokens/s')})."]
+    return "\n".join(lines)
+
+
+def region_verify(res: Results) -> str:
+    v = res.get("verify")
+    if v is None:
+        return missing("verify", "python bench/verify.py")
+    st = v["pool_stats"]
+    lines = [f"{v['responses']:,} responses (1,517 benchmark problems × 8, synthetic text with repeated answers); "
+             f"{machine_detail(v['machine'])}.", ""]
+    lines += table(["sequential, no cache", "pool + cache", "speed-up (target ≥ 2×)", "cache hits", "verdict mismatches"],
+                   [[f"{v['sequential_s']:.1f} s", f"{v['pool_cache_s']:.1f} s ({v['workers']} workers, start "
+                     f"{v['pool_start_s']:.1f} s)", f"**{v['speedup']:.2f}×** {'(met)' if v['meets_target_2x'] else '(missed)'}",
+                     f"{st['cache_hits']:,} ({st['cache_hits'] / st['items']:.0%} of the items)", str(v["verdict_mismatches"])]])
+    lines += ["", f"Verdicts: {', '.join(f'{k} {n:,}' for k, n in sorted(v['verdicts'].items()))}."]
+    return "\n".join(lines)
+
+
+def _store(res: Results, name: str, command: str) -> str:
+    s = res.get(name)
+    if s is None:
+        return missing(name, command)
+    lines = [f"{s['rows']:,} generated sample rows ({s['runs']} runs × 1,517 problems × 8), "
+             f"{machine_detail(s['machine'])}. Store file {s['store_mib']:.0f} MiB.", ""]
+    lines += table([f"ingest ({s['ingest_chunks']} idempotent chunks)", "baseline: Parquet write of the same rows", "ratio",
+                    f"target < {s['target_ingest_s']:.0f} s", "re-ingest of a stored chunk"],
+                   [[f"{s['ingest_s']:.2f} s", f"{s['parquet_write_s']:.2f} s", f"{s['ingest_ratio_to_parquet']:.1f}×",
+                     "met" if s["meets_ingest_target"] else "MISSED",
+                     f"{s['reingest_chunk_s']:.2f} s, {s['reingest_added']} rows added"]])
+    lines += ["", "Queries through `Store.rows` (each opens and closes a read-only connection, as the report and dashboard "
+              f"do; opening one costs ~{s['connect_ms']:.0f} ms). Baseline: `count(*)` on an open connection, "
+              f"{s['count_baseline_ms']:.2f} ms" + (f"; median and p95 of {s['repeats']} calls each" if "repeats" in s else "")
+              + ".", ""]
+    lines += table(["named query", "median", "p95", "× baseline", "target p95 < 300 ms"],
+                   [[f"`{k}`", f"{q['median_ms']:.1f} ms", f"{q['p95_ms']:.1f} ms", f"{q['ratio_to_count']:.0f}×",
+                     "met" if q["meets_target"] else "MISSED"] for k, q in s["queries"].items()])
+    return "\n".join(lines)
+
+
+def region_store(res: Results) -> str:
+    return _store(res, "store", "python bench/store.py")
+
+
+def region_store_10m(res: Results) -> str:
+    return _store(res, "store_10m", "python bench/store.py --rows 10000000 --repeats 7 --name store_10m")
+
+
+def region_relevance(res: Results) -> str:
+    r = res.get("relevance")
+    if r is None:
+        return missing("relevance", "python bench/relevance.py")
+    thresholds = list(next(iter(r["datasets"].values()))["below"])
+    lines = ["Reference solutions scored against their own problem (should be high) and against a random other problem "
+             "of the same set (the Appendix-C case, should be low). Share of solutions below each threshold; the store's "
+             f"`suspicious_passes` view uses {r['threshold']}. {machine_detail(r['machine'])}.", ""]
+    lines += table(["data set", "pairs", "median own", "median other"] + [f"< {t} own / other" for t in thresholds],
+                   [[d, str(x["pairs"]), f"{x['median_own']:.2f}", f"{x['median_other']:.2f}"]
+                    + [f"{x['below'][t]['own']:.0%} / {x['below'][t]['other']:.0%}" for t in thresholds]
+                    for d, x in r["datasets"].items()])
+    key = str(r["threshold"])
+    if all(key in x["below"] for x in r["datasets"].values()):
+        worst = max(r["datasets"], key=lambda d: r["datasets"][d]["below"][key]["own"])
+        lines += ["", f"Most own-problem solutions below {r['threshold']}: {worst}, "
+                  f"{r['datasets'][worst]['below'][key]['own']:.0%} of them."]
+    return "\n".join(lines)
+
+
+def region_train_step(res: Results) -> str:
+    r = res.get("train_step")
+    if r is None:
+        return missing("train_step", "python bench/train_step.py --model DIR")
+    sh, m, once = r["shape"], r["machine"], r["once_ms"]
+    lines = [f"{sh['rollouts']} rollouts (≤ {sh['max_response_tokens']} tokens, mean {sh['mean_response_tokens']:.0f}) of the "
+             f"warm-started tiny model; DeepSpeed fp32 on {machine_detail(m)}. Timed: advantages + PPO update, "
+             "alternating, median" + (f" of {r['repeats']}" if "repeats" in r else "") + ". Same for all estimators and "
+             f"not timed: generate {once['generate']:.0f} ms, verify {once['verify']:.0f} ms, log-probs "
+             f"{once['logprobs']:.0f} ms.", ""]
+    lines += table(["estimator", "advantages + update", "× GRPO (target ≤ 1.05×)"],
+                   [[k, f"{c['median_ms']:.0f} ms", f"**{c['ratio_to_grpo']:.3f}×** {'(met)' if c['meets_target'] else '(missed)'}"]
+                    for k, c in r["cases"].items()])
+    return "\n".join(lines)
+
+
+def region_dashboard(res: Results) -> str:
+    r = res.get("dashboard")
+    if r is None:
+        return missing("dashboard", "python bench/dashboard.py")
+    lines = [f"{r['rows']:,} samples (82 runs × 1,517 problems × 8) + 500 training steps; {machine_detail(r['machine'])}. "
+             "Cold render (data cache cleared) of each page with Streamlit's AppTest, median"
+             + (f" of {r['repeats']}" if "repeats" in r else "") + f"; baseline: a page with only a title, "
+             f"{r['baseline_s'] * 1e3:.0f} ms.", ""]
+    lines += table(["page", "render", "× empty page", "target < 1 s"],
+                   [[p, f"{x['median_s'] * 1e3:.0f} ms", f"{x['ratio_to_baseline']:.1f}×", "met" if x["meets_target"] else "MISSED"]
+                    for p, x in r["pages"].items()])
+    return "\n".join(lines)
+
+
+def region_load(res: Results) -> str:
+    r = res.get("load")
+    if r is None:
+        return missing("load", "python bench/load.py")
+    q, w, m = r["quiet"], r["with_writer"], r["machine"]
+    lines = [
+        f"{w['clients']} client processes, each running every page's queries ({len(w['per_query'])} calls, `dashboard.data` "
+        f"and the SQL box) in a loop for {w['seconds']:.0f} s, on a store of {r['rows']:,} samples; {machine_detail(m)}. "
+        "Baselines in the same run: the same clients with no writer, and the same evaluation with no clients.", ""]
+    lines += table(["", "calls", "errors", "p50", "p95"],
+                   [["quiet store", f"{q['calls']:,}", str(len(q["errors"])), f"{q['p50_ms']:.0f} ms", f"{q['p95_ms']:.0f} ms"],
+                    ["while `prl eval` writes", f"{w['calls']:,}", str(len(w["errors"])),
+                     f"{w['p50_ms']:.0f} ms (**{r['p50_ratio_to_quiet']:.2f}×**)",
+                     f"{w['p95_ms']:.0f} ms (**{r['p95_ratio_to_quiet']:.2f}×**)"]])
+    lines += ["", f"The writer (a real `prl eval`) added {w['writer']['samples_added']} samples in "
+              f"{w['writer']['seconds']:.0f} s under the clients, against {r['writer_alone']['seconds']:.0f} s alone "
+              f"(**{r['writer_slowdown']:.2f}×**); the clients saw its count grow from {w['seen_first']} to {w['seen_last']} "
+              f"({'never decreasing' if w['monotonic'] else 'NOT monotonic'}). Per query (p50 / p95 ms, with the writer): "
+              + ", ".join(f"{k} {v['p50_ms']:.0f}/{v['p95_ms']:.0f}" for k, v in w["per_query"].items()) + "."]
+    ww = r.get("write_waits")
+    lines += ["", f"*Write transactions under the same {w['clients']} clients*, the writer's turnstile on and off alternately"
+              + (f" ({ww['rows_per_write']} rows each)" if ww and "rows_per_write" in ww else "") + ": "]
+    if ww:
+        on, off = ww["writers_first"], ww["no_priority"]
+        lines[-1] += (f"median {on['median_s']:.2f} s (max {on['max_s']:.2f} s) with it, {off['median_s']:.2f} s "
+                      f"(max {off['max_s']:.2f} s) without: **{off['median_s'] / on['median_s']:.1f}×** shorter at the "
+                      f"median, **{off['max_s'] / on['max_s']:.0f}×** at the worst ({on['n']} transactions each).")
+    else:
+        lines[-1] += "not measured in this run."
+    rw = r.get("reader_waits")
+    lines += ["", "*One reader querying in a loop while a writer commits transactions back to back*"
+              + (f" ({rw['rows_per_chunk']} rows each)" if rw and "rows_per_chunk" in rw else "")
+              + ", the turnstile on and off alternately: "]
+    if rw:
+        on, off = rw["turnstile"], rw["no_turnstile"]
+        lines[-1] += (f"with it the reader's longest wait was {on['max_ms']:.0f} ms (p95 {on['p95_ms']:.0f} ms, "
+                      f"{on['reads']} reads), without it {off['max_ms']:.0f} ms (p95 {off['p95_ms']:.0f} ms, {off['reads']} "
+                      f"reads): **{off['max_ms'] / on['max_ms']:.1f}×** shorter at the worst; the writer's {rw['chunks']} "
+                      f"transactions took {on['writer_s']:.1f} s against {off['writer_s']:.1f} s ({rw['rounds']} rounds "
+                      "each, medians).")
+    else:
+        lines[-1] += "not measured in this run."
+    return "\n".join(lines)
+
+
+def region_faults(res: Results) -> str:
+    f = res.get("faults")
+    if f is None or not f["chains"]:
+        return missing("faults", "python bench/run_all.py --only faults")
+    ch = f["chains"]
+    lines = table(["chain", "kills", "recovered", "runs", "rows expected", "lost", "extra", "duplicates", "time"],
+                  [[c["name"], str(c["kills"]), str(c["recovered"]), str(c.get("segments", 1)), str(c.get("rows_expected", "—")),
+                    str(c.get("rows_lost", 0)), str(c.get("rows_extra", 0)), str(c.get("duplicates", 0)),
+                    f"{c['seconds'] / 60:.1f} min"] for c in ch])
+    where = []
+    for c in ch:
+        pts = c.get("points") or []
+        if pts and all("samples" in p for p in pts):
+            s = [p["samples"] for p in pts]
+            where.append(f"the {c['name']} kills landed with {min(s)}–{max(s)} samples of the run stored")
+        elif pts and all("steps_stored" in p for p in pts):
+            s = [p["steps_stored"] for p in pts]
+            where.append(f"the {c['name']} kills with {min(s)}–{max(s)} training steps stored")
+        elif pts:
+            before = sum(p.get("stage") == "before the store" for p in pts)
+            evals = sum(any((p.get("eval_samples") or {}).values()) for p in pts)
+            where.append(f"of the {len(pts)} {c['name']} kills, {before} landed before the store existed, "
+                         f"{len(pts) - before - evals} after it but before any evaluation row was stored and {evals} "
+                         "with evaluation rows stored")
+    lines += ["", f"Collected on {machine_detail(f['machine'])}"
+              + (": " + "; ".join(where) if where else "") + "."]
+    return "\n".join(lines)
+
+
+REGIONS: dict[str, Callable[[Results], str]] = {
+    "status": region_status, "demo": region_demo, "performance": region_performance, "reliability": region_reliability,
+    "summary": region_summary, "advantages": region_advantages, "generation": region_generation, "verify": region_verify,
+    "store": region_store, "store_10m": region_store_10m, "relevance": region_relevance, "train_step": region_train_step,
+    "dashboard": region_dashboard, "load": region_load, "faults": region_faults,
+}
+EXPECTED = {
+    "README.md": ("status", "demo", "performance", "reliability"),
+    "bench/RESULTS.md": ("summary", "advantages", "generation", "verify", "store", "store_10m", "relevance", "train_step",
+                         "dashboard", "load", "faults"),
+}
+
+REGION_RE = re.compile(r"<!-- figures:(?P<name>[a-z][a-z0-9_-]*) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
+
+
+def render_region(name: str, results_dir: Path) -> tuple[str, list[str]]:
+    """(the region's body as it goes between its markers, the results files it read)."""
+    res = Results(results_dir)
+    body = REGIONS[name](res)
+    return "\n" + body.strip("\n") + "\n\n", [res.path(n) + ("" if res.get(n) is not None else " (not recorded)")
+                                              for n in res.used]
+
+
+def render_text(text: str, results_dir: Path, expected: tuple[str, ...] = ()) -> tuple[str, list[dict]]:
+    """(text with every known region re-rendered, one record per region: name, sources, old and new body)."""
+    records: list[dict] = []
+    problems: list[str] = []
+    found = [m.group("name") for m in REGION_RE.finditer(text)]
+    for name in expected:
+        if name not in found:
+            problems.append(f"region '{name}' is missing (add `<!-- figures:{name} -->` … `<!-- /figures:{name} -->`)")
+    opened = re.findall(r"<!-- figures:([a-z][a-z0-9_-]*) -->", text)
+    for name in opened:
+        if name not in found:
+            problems.append(f"region '{name}' has no closing `<!-- /figures:{name} -->`")
+    for name in dict.fromkeys(found):
+        if found.count(name) > 1:
+            problems.append(f"region '{name}' appears {found.count(name)} times")
+        if name not in REGIONS:
+            problems.append(f"region '{name}' is unknown to bench/render.py (known: {', '.join(REGIONS)})")
+
+    def sub(m: re.Match) -> str:
+        name = m.group("name")
+        if name not in REGIONS:
+            return m.group(0)
+        body, sources = render_region(name, results_dir)
+        records.append({"name": name, "sources": sources, "old": m.group("body"), "new": body})
+        return f"<!-- figures:{name} -->\n{body}<!-- /figures:{name} -->"
+
+    out = REGION_RE.sub(sub, text)
+    for p in problems:
+        records.append({"name": None, "problem": p})
+    return out, records
+
+
+def _diff_lines(old: str, new: str, limit: int = 6) -> list[str]:
+    import difflib
+
+    d = [line for line in difflib.unified_diff(old.splitlines(), new.splitlines(), "committed", "rendered", n=0, lineterm="")
+         if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    return [f"      {line}" for line in d[:limit]] + ([f"      … {len(d) - limit} more changed lines"] if len(d) > limit else [])
+
+
+def check(root: Path = ROOT, results_dir: Path = RESULTS) -> list[str]:
+    """One message per region whose committed text differs from its rendering (and per malformed region)."""
+    messages = []
+    for rel in FILES:
+        path = root / rel
+        if not path.exists():
+            messages.append(f"{rel}: missing")
+            continue
+        _, records = render_text(path.read_text(encoding="utf-8"), results_dir, EXPECTED.get(rel, ()))
+        for r in records:
+            if r["name"] is None:
+                messages.append(f"{rel}: {r['problem']}")
+            elif r["old"] != r["new"]:
+                messages.append(f"{rel}: figure '{r['name']}' differs from its results ({', '.join(r['sources'])}):\n"
+                                + "\n".join(_diff_lines(r["old"], r["new"])))
+    return messages
+
+
+def write_all(root: Path = ROOT, results_dir: Path = RESULTS) -> list[Path]:
+    """Re-render every region of README.md and bench/RESULTS.md in place; returns the files changed."""
+    rendered = []
+    for rel in FILES:  # render both before writing either: a malformed file leaves both untouched
+        path = root / rel
+        text = path.read_text(encoding="utf-8")
+        new, records = render_text(text, results_dir, EXPECTED.get(rel, ()))
+        problems = [r["problem"] for r in records if r["name"] is None]
+        if problems:
+            raise SystemExit(f"{rel}: " + "; ".join(problems))
+        rendered.append((path, text, new))
+    changed = []
+    for path, text, new in rendered:
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed.append(path)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 listing each region that differs")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="results folder (default bench/results)")
+    ap.add_argument("--root", type=Path, default=ROOT, help="checkout holding README.md and bench/RESULTS.md")
+    args = ap.parse_args(argv)
+    if args.check:
+        messages = check(args.root, args.results)
+        for m in messages:
+            print(m)
+        if messages:
+            print(f"{len(messages)} figure region(s) differ from {args.results}: run `python bench/render.py`.", file=sys.stderr)
+            return 1
+        print(f"every figure region of {', '.join(FILES)} matches {args.results}.")
+        return 0
+    changed = write_all(args.root, args.results)
+    print("rewrote " + (", ".join(str(p.relative_to(args.root)) for p in changed) if changed else "nothing (already current)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
