@@ -1,8 +1,15 @@
-"""Shared page helpers: the store path, cached data calls, run pickers, friendly empty states."""
+"""Shared page helpers: the store path, cached data calls, run pickers, friendly empty states, and
+element keys.
+
+Every Streamlit element that takes a ``key`` gets one from :func:`key`, built from what the element
+shows (page, part, run ids, step, rollout index, …), never from its content: Streamlit derives the
+id of an unkeyed element from its arguments, so two elements with the same content (two identical
+rollouts of a model that repeats itself) would collide with ``StreamlitDuplicateElementId``."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
+from urllib.parse import quote
 
 import streamlit as st
 
@@ -37,6 +44,19 @@ def db() -> str:
     return data.db_path()
 
 
+def key(*parts: Any) -> str:
+    """A stable element key from what the element shows: ``key("training", "segments", run_id, step, idx)``
+    → ``"training/segments/<run_id>/<step>/<idx>"``. A list or tuple part (several run ids) is joined
+    with commas; every value is percent-escaped, so run ids holding "/" or "," cannot make two different
+    elements' keys equal."""
+    def one(p: Any) -> str:
+        if isinstance(p, (list, tuple)):
+            return ",".join(quote(str(x), safe="") for x in p)
+        return quote(str(p), safe="")
+
+    return "/".join(one(p) for p in parts)
+
+
 def guard(fn: Callable[[], Any]) -> None:
     """Run a page body; a missing or busy store becomes a message, not a traceback."""
     try:
@@ -65,15 +85,17 @@ def pick_eval_runs(label: str = "runs", *, key: str, max_default: int = 3) -> li
     return st.multiselect(label, choices, default=choices[-max_default:], key=key)
 
 
-def show_text(label: str, text: str, *, fold_over: int = 1200) -> None:
-    """Untrusted text (model output, data sets) as plain text; long text folded."""
+def show_text(label: str, text: str, *, key: str, fold_over: int = 1200) -> None:
+    """Untrusted text (model output, data sets) as plain text; long text folded. ``key`` names what
+    is shown (e.g. ``key("problem", "sample", run_id, problem_id, idx)``): two identical texts on a
+    page get distinct elements."""
     if text is None:
         st.caption(f"{label}: —")
         return
     if len(text) > fold_over:
         st.caption(f"{label} ({len(text):,} characters)")
         st.text(text[:fold_over] + " …")
-        with st.expander("show all"):
+        with st.expander("show all", key=f"{key}/show_all"):
             st.text(text)
     else:
         st.caption(label)

@@ -69,3 +69,25 @@ def seed(path) -> str:
                            score=float(i < 3), n_tokens=5, finish_reason="stop", verify_ms=1.0, relevance=0.0,
                            answer_only=True) for i in range(4)])
     return str(path)
+
+
+REPEATED = "2 + 2 = 4\n\n" * 150  # the tiny model repeats itself: long (folded) and the same in every rollout
+
+
+def add_repeating_run(path, run_id: str = "train-rep", step: int = 2) -> str:
+    """A training run whose two inspected rollouts at ``step`` are identical: same problem, same
+    response, same reward, same tokens and same segments (only the rollout index differs)."""
+    s = Store(path, create=False)
+    s.execute("upsert_run", run_id=run_id, kind="train", model="/models/tiny", status="finished",
+              config={"algorithm": {"estimator": "prl", "eta": 20, "step_split": "text:\n\n"}},
+              manifest={"seed": 0}, parent_run_id=None, train_step=step)
+    s.execute_many("insert_train_metric", ({"run_id": run_id, "step": t, "name": "reward/mean", "value": 0.5}
+                                           for t in range(1, step + 1)))
+    tokens = json.dumps([t for _ in range(150) for t in ("2", " +", " 2", " =", " 4", "\n\n")])
+    for idx in range(2):
+        s.execute("insert_train_rollout", run_id=run_id, step=step, rollout_idx=idx, problem="What is 2 + 2?",
+                  gold="4", response=REPEATED, reward=0.0, tokens=tokens)
+        s.execute_many("insert_prl_segment", ({"run_id": run_id, "step": step, "rollout_idx": idx, "segment_idx": j,
+                                               "start_tok": 6 * j, "end_tok": 6 * j + 5, "kl_to_go": 0.1,
+                                               "rho": 0.0} for j in range(3)))
+    return str(path)

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dashboard_seed import SCRIPT, seed  # noqa: E402
+from dashboard_seed import REPEATED, SCRIPT, add_repeating_run, seed  # noqa: E402
 
 from dashboard import charts, data  # noqa: E402
 
@@ -28,6 +28,12 @@ PAGES = ROOT / "dashboard" / "pages"
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
     return seed(tmp_path_factory.mktemp("dash") / "store.duckdb")
+
+
+@pytest.fixture(scope="module")
+def db_repeating(tmp_path_factory):
+    """The seeded store plus a training run whose two inspected rollouts at step 2 are identical."""
+    return add_repeating_run(seed(tmp_path_factory.mktemp("dash_rep") / "store.duckdb"))
 
 
 @pytest.fixture
@@ -171,6 +177,109 @@ def test_training_page(page):
     at = page("training")
     assert len(at.get("plotly_chart")) == 4  # reward/mean, kl/ref, actor/entropy + the segment view
     assert at.dataframe[0].value[["step", "average"]].values.tolist() == [[5, 0.75]]
+
+
+def test_training_page_with_identical_rollouts(db_repeating, monkeypatch):
+    """Issue 14: two inspected rollouts of the same step with the same text and segments gave two
+    identical segment charts (and 'show all' expanders), hence StreamlitDuplicateElementId."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv(data.DB_ENV, db_repeating)
+    at = AppTest.from_file(str(PAGES / "training.py"), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    next(m for m in at.multiselect if m.label == "training runs").set_value(["train-rep"]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert next(s for s in at.selectbox if s.label == "run").value == "train-rep"
+    assert at.get("select_slider")[0].value == 2
+    assert [e.label for e in at.expander if e.label.startswith("rollout")] == ["rollout 0 · reward 0",
+                                                                               "rollout 1 · reward 0"]
+    assert len(at.get("plotly_chart")) == 3  # the reward/mean curve + one segment chart per rollout
+    assert [t.value for t in at.text].count(REPEATED.strip()) == 2  # each response in full, under "show all"
+
+
+def test_compare_page_runs_with_nothing_in_common(tmp_path, monkeypatch):
+    """Two evaluation runs on different data sets: the page says there is nothing to compare."""
+    from streamlit.testing.v1 import AppTest
+
+    from prl.store import Store
+
+    db = seed(tmp_path / "store.duckdb")
+    s = Store(db, create=False)
+    s.execute("upsert_run", run_id="other", kind="eval", model="/models/other", status="finished",
+              config={"datasets": ["gsm8k"], "n": 2}, manifest={}, parent_run_id=None, train_step=None)
+    s.insert_samples([dict(run_id="other", dataset="gsm8k", problem_id="gsm8k/0", sample_idx=i, response="\\boxed{1}",
+                           extracted_answer="1", verdict="correct", score=1.0, n_tokens=5, finish_reason="stop",
+                           verify_ms=1.0) for i in range(2)])
+    monkeypatch.setenv(data.DB_ENV, db)
+    at = AppTest.from_file(str(PAGES / "compare.py"), default_timeout=60).run()
+    at.selectbox[0].set_value("base")
+    at.selectbox[1].set_value("other")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("share no problems" in i.value and "nothing in common to compare" in i.value for i in at.info)
+    assert not at.metric
+
+
+ALL_PAGES = sorted(p.stem for p in PAGES.glob("*.py"))
+
+
+@pytest.mark.parametrize("name", ALL_PAGES)
+def test_every_page_and_every_choice_renders(name, db_repeating, monkeypatch):
+    """Each page on the seeded store (with the identical rollouts): the default view, then each of the
+    first options of every selectbox and radio, without an exception."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv(data.DB_ENV, db_repeating)
+    at = AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    tried = 0
+    for kind in ("selectbox", "radio"):
+        for i in range(len(getattr(at, kind))):
+            widget = getattr(at, kind)[i]
+            if widget.label == "open a problem":  # switches page: not a page of its own in AppTest
+                continue
+            for j in range(min(3, len(widget.options))):
+                w = getattr(at, kind)[i]
+                (w.select_index(j) if kind == "selectbox" else w.set_value(w.options[j])).run()
+                assert not at.exception, (name, w.label, j, [e.value for e in at.exception])
+                tried += 1
+    assert tried or name == "scores"  # every page but Scores has a selectbox or radio to try
+
+
+def test_every_keyable_element_has_a_key():
+    """Every call of a Streamlit command that takes ``key=`` passes one, in every page and in ui.py:
+    unkeyed elements get ids from their content, and identical content collides."""
+    import ast
+    import inspect
+
+    import streamlit as st
+
+    keyable = set()
+    for attr in dir(st):
+        obj = getattr(st, attr)
+        if callable(obj) and not attr.startswith(("_", "get_", "set_")):
+            try:
+                if "key" in inspect.signature(obj).parameters:
+                    keyable.add(attr)
+            except (TypeError, ValueError):
+                pass
+    assert {"plotly_chart", "dataframe", "selectbox", "expander"} <= keyable
+    missing, seen = [], 0
+    for path in [*sorted(PAGES.glob("*.py")), ROOT / "dashboard" / "ui.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in keyable:
+                seen += 1
+                if not any(k.arg == "key" for k in node.keywords):
+                    missing.append(f"{path.name}:{node.lineno} {node.func.attr}")
+    assert seen > 30 and not missing, missing
+
+
+def test_keys_are_unambiguous():
+    from dashboard import ui
+
+    assert ui.key("training", "rollout", "r", 5, 0, "segments") == "training/rollout/r/5/0/segments"
+    assert ui.key("a/b", "c") != ui.key("a", "b/c")
+    assert ui.key("x", ["a,b", "c"]) != ui.key("x", ["a", "b,c"])
 
 
 def test_sql_page_runs_reads_and_refuses_writes(page):

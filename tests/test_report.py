@@ -168,8 +168,8 @@ def test_cli_report_of_runs_on_different_datasets(tmp_path):
     _store(DISJOINT, db)
     for extra in ([], ["--runs", "r1,r2"]):
         r = subprocess.run([sys.executable, "-m", "prl.cli", "report", "--db", db, "--no-paper", *extra],
-                           capture_output=True, text=True, cwd=ROOT, timeout=300)
+                           check=False, capture_output=True, text=True, cwd=ROOT, timeout=300)
         assert r.returncode == 0, r.stderr
-        assert "error" not in r.stderr.lower(), r.stderr
+        assert "error:" not in r.stderr, r.stderr  # the CLI prints "error: …" for a ReportError
         _assert_both_tables(r.stdout)
         assert ("nothing in common to compare" in r.stdout) == bool(extra)

@@ -24,9 +24,9 @@ def body() -> None:
     if counts.empty:
         st.info("The selected runs have no samples.")
         return
-    st.plotly_chart(charts.verdict_bars(counts), width="stretch")
+    st.plotly_chart(charts.verdict_bars(counts), width="stretch", key=ui.key("failures", "verdicts", run_ids))
     st.dataframe(counts.pivot_table(index=["run_id", "dataset"], columns="verdict", values="samples",
-                                    fill_value=0), width="stretch")
+                                    fill_value=0), width="stretch", key=ui.key("failures", "verdict_table", run_ids))
     st.subheader("Suspicious passes")
     st.caption("Correct verdict, but the reasoning uses few of the problem's numbers and words (relevance < 0.15) "
                "or the response is only an answer — the paper's Appendix-C case. Least relevant first.")
@@ -34,22 +34,32 @@ def body() -> None:
     if sus.empty:
         st.success("None: every correct sample refers to its problem.")
     else:
-        st.dataframe(sus.drop(columns=["response"]), hide_index=True, width="stretch")
+        st.dataframe(sus.drop(columns=["response"]), hide_index=True, width="stretch",
+                     key=ui.key("failures", "suspicious", run_ids))
         pick = st.selectbox("read one", range(len(sus)), index=None, placeholder="row",
+                            key=ui.key("failures", "suspicious_pick", run_ids),
                             format_func=lambda i: f"{sus.iloc[i]['problem_id']} sample {sus.iloc[i]['sample_idx']}")
         if pick is not None:
-            ui.show_text("response", sus.iloc[pick]["response"])
+            r = sus.iloc[pick]
+            ui.show_text("response", r["response"],
+                         key=ui.key("failures", "suspicious_response", r["run_id"], r["dataset"], r["problem_id"],
+                                    r["sample_idx"]))
     st.subheader("Samples by category")
-    verdict = st.radio("verdict", CATEGORIES, horizontal=True)
+    verdict = st.radio("verdict", CATEGORIES, horizontal=True, key=ui.key("failures", "verdict"))
     rows = ui.samples_by_verdict(ui.db(), run_ids, verdict)
     if rows.empty:
         st.info(f"No '{verdict}' samples in the selected runs.")
         return
-    st.dataframe(rows.drop(columns=["response"]), hide_index=True, width="stretch")
-    pick = st.selectbox("read one", range(len(rows)), index=None, placeholder="row", key="failure_pick",
+    st.dataframe(rows.drop(columns=["response"]), hide_index=True, width="stretch",
+                 key=ui.key("failures", "samples", run_ids, verdict))
+    pick = st.selectbox("read one", range(len(rows)), index=None, placeholder="row",
+                        key=ui.key("failures", "sample_pick", run_ids, verdict),
                         format_func=lambda i: f"{rows.iloc[i]['problem_id']} sample {rows.iloc[i]['sample_idx']}")
     if pick is not None:
-        ui.show_text("response", rows.iloc[pick]["response"])
+        r = rows.iloc[pick]
+        ui.show_text("response", r["response"],
+                     key=ui.key("failures", "sample_response", r["run_id"], r["dataset"], r["problem_id"],
+                                r["sample_idx"]))
 
 
 ui.guard(body)

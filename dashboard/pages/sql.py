@@ -21,14 +21,15 @@ SCHEMA = load_queries(sql_dir() / "examples.sql")["schema"]
 
 
 def body() -> None:
-    with st.expander("schema"):
+    with st.expander("schema", key=ui.key("sql", "schema")):
         cols, rows = run_query(ui.db(), SCHEMA)
         import pandas as pd
 
-        st.dataframe(pd.DataFrame(rows, columns=cols), hide_index=True, width="stretch")
-    example = st.selectbox("examples", list(EXAMPLES), index=0)
-    query = st.text_area("query", EXAMPLES[example], height=120, key=f"q_{example}")
-    if st.button("run", type="primary"):
+        st.dataframe(pd.DataFrame(rows, columns=cols), hide_index=True, width="stretch",
+                     key=ui.key("sql", "schema_table"))
+    example = st.selectbox("examples", list(EXAMPLES), index=0, key=ui.key("sql", "example"))
+    query = st.text_area("query", EXAMPLES[example], height=120, key=ui.key("sql", "query", example))
+    if st.button("run", type="primary", key=ui.key("sql", "run")):
         try:
             cols, rows = run_query(ui.db(), query, timeout_s=10.0)
         except QueryRefused as e:
@@ -38,8 +39,9 @@ def body() -> None:
 
         df = pd.DataFrame(rows, columns=cols)
         st.caption(f"{len(df)} rows")
-        st.dataframe(df, hide_index=True, width="stretch")
-        st.download_button("download CSV", df.to_csv(index=False), file_name="query.csv", mime="text/csv")
+        st.dataframe(df, hide_index=True, width="stretch", key=ui.key("sql", "result"))
+        st.download_button("download CSV", df.to_csv(index=False), file_name="query.csv", mime="text/csv",
+                           key=ui.key("sql", "download"))
 
 
 ui.guard(body)

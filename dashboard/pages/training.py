@@ -26,7 +26,7 @@ def body() -> None:
     if not choices:
         st.info("No training runs yet (`prl train --config …`).")
         return
-    run_ids = st.multiselect("training runs", choices, default=choices[-2:])
+    run_ids = st.multiselect("training runs", choices, default=choices[-2:], key=ui.key("training", "runs"))
     if not run_ids:
         return
     metrics = ui.train_metrics(ui.db(), run_ids)
@@ -34,29 +34,34 @@ def body() -> None:
         st.info("The selected runs have no finished steps yet.")
         return
     names = sorted(metrics["name"].unique())
-    shown = st.multiselect("metrics", names, default=[n for n in DEFAULT if n in names])
+    shown = st.multiselect("metrics", names, default=[n for n in DEFAULT if n in names],
+                           key=ui.key("training", "metrics"))
     evals = ui.eval_points(ui.db(), run_ids)
     cols = st.columns(2)
     for i, name in enumerate(shown):
-        cols[i % 2].plotly_chart(charts.training_curves(metrics, name, evals), width="stretch")
+        cols[i % 2].plotly_chart(charts.training_curves(metrics, name, evals), width="stretch",
+                                 key=ui.key("training", "curve", name, run_ids))
     if not evals.empty:
         st.subheader("Evaluations during training")
-        st.dataframe(evals, hide_index=True, width="stretch")
+        st.dataframe(evals, hide_index=True, width="stretch", key=ui.key("training", "evals", run_ids))
     st.subheader("Where the weight went: segments of inspected rollouts")
-    run_id = st.selectbox("run", run_ids)
+    run_id = st.selectbox("run", run_ids, key=ui.key("training", "rollout_run"))
     steps = ui.rollout_steps(ui.db(), run_id)
     if not steps:
         st.info("No rollouts were stored for this run.")
         return
-    step = st.select_slider("step", steps, value=steps[-1])
+    step = st.select_slider("step", steps, value=steps[-1], key=ui.key("training", "step", run_id))
     ro, segs = ui.rollouts(ui.db(), run_id, step)
     for r in ro.itertuples(index=False):
-        with st.expander(f"rollout {r.rollout_idx} · reward {r.reward:g}", expanded=r.rollout_idx == 0):
-            ui.show_text("problem", r.problem)
-            ui.show_text("response", r.response)
+        # keyed by run, step and rollout index: a model that repeats itself gives identical rollouts
+        rollout = ("training", "rollout", run_id, step, r.rollout_idx)
+        with st.expander(f"rollout {r.rollout_idx} · reward {r.reward:g}", expanded=r.rollout_idx == 0,
+                         key=ui.key(*rollout)):
+            ui.show_text("problem", r.problem, key=ui.key(*rollout, "problem"))
+            ui.show_text("response", r.response, key=ui.key(*rollout, "response"))
             tokens = json.loads(r.tokens) if isinstance(r.tokens, str) else list(r.tokens or [])
             st.plotly_chart(charts.segment_weights(tokens, segs[segs["rollout_idx"] == r.rollout_idx]),
-                            width="stretch")
+                            width="stretch", key=ui.key(*rollout, "segments"))
 
 
 ui.guard(body)
