@@ -49,6 +49,7 @@ BENCHES = {
     "dashboard": lambda full: [sys.executable, str(HERE / "dashboard.py")],
     "load": lambda full: [sys.executable, str(HERE / "load.py")],
     "faults": lambda full: [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/faults", "-s"],
+    "demo": lambda full: [sys.executable, str(HERE / "demo.py")] if full else None,
 }
 
 

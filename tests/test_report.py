@@ -167,7 +167,7 @@ def test_cli_report_of_runs_on_different_datasets(tmp_path):
     db = str(tmp_path / "store.duckdb")
     _store(DISJOINT, db)
     for extra in ([], ["--runs", "r1,r2"]):
-        r = subprocess.run([sys.executable, "-m", "prl.cli", "report", "--db", db, "--no-paper", *extra],
+        r = subprocess.run([sys.executable, "-m", "prl_cli", "report", "--db", db, "--no-paper", *extra],
                            check=False, capture_output=True, text=True, cwd=ROOT, timeout=300)
         assert r.returncode == 0, r.stderr
         assert "error:" not in r.stderr, r.stderr  # the CLI prints "error: …" for a ReportError

@@ -9,11 +9,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import streamlit as st  # noqa: E402
 
 from dashboard import charts, ui  # noqa: E402
+from prl.grading.relevance import SUSPICIOUS_BELOW  # noqa: E402
+from prl.grading.verifier import VERDICTS  # noqa: E402
 
 
 st.title("Failures")
 
-CATEGORIES = ["no_answer", "timeout", "gold_unparsable", "error", "wrong"]
+CATEGORIES = [v for v in VERDICTS if v != "correct"]
 
 
 def body() -> None:
@@ -28,7 +30,8 @@ def body() -> None:
     st.dataframe(counts.pivot_table(index=["run_id", "dataset"], columns="verdict", values="samples",
                                     fill_value=0), width="stretch", key=ui.key("failures", "verdict_table", run_ids))
     st.subheader("Suspicious passes")
-    st.caption("Correct verdict, but the reasoning uses few of the problem's numbers and words (relevance < 0.15) "
+    st.caption("Correct verdict, but the reasoning uses few of the problem's numbers and words (relevance < "
+               f"{SUSPICIOUS_BELOW}) "
                "or the response is only an answer — the paper's Appendix-C case. Least relevant first.")
     sus = ui.suspicious_passes(ui.db(), run_ids)
     if sus.empty:

@@ -13,7 +13,10 @@ import pytest
 from chain import PIPELINE_KILLS, Segment, kill_chain, write_report
 from prl.store.db import Store
 
-pytestmark = pytest.mark.e2e
+# A long fault chain (a pipeline run costs minutes per kill): bench/run_all.py runs it (it sets
+# PRL_FAULT_KILLS) and records it in bench/results/faults.json; the CI suite skips it.
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif("PRL_FAULT_KILLS" not in os.environ,
+                                                  reason="long fault chain: run by bench/run_all.py (PRL_FAULT_KILLS)")]
 
 EVAL_RUNS = ("warm_start", "grpo", "prl")
 EVAL_PROBLEMS, EVAL_N, TRAIN_STEPS = 12 + 5 * 2, 2, 3  # flows.pipeline.small()
