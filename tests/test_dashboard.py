@@ -201,7 +201,7 @@ def test_compare_page_runs_with_nothing_in_common(tmp_path, monkeypatch):
     """Two evaluation runs on different data sets: the page says there is nothing to compare."""
     from streamlit.testing.v1 import AppTest
 
-    from prl.store import Store
+    from prl.store.db import Store
 
     db = seed(tmp_path / "store.duckdb")
     s = Store(db, create=False)

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import streamlit as st  # noqa: E402
 
 from dashboard import charts, ui  # noqa: E402
-from prl.report import ReportError  # noqa: E402
+from prl.evaluation.report import ReportError  # noqa: E402
 
 
 st.title("Compare two runs")

@@ -348,12 +348,14 @@ class Trainer:
         return step_boundaries(r.mask, self.split, texts)
 
     def advantages(self, r: Rollouts, lp: dict[str, torch.Tensor]) -> torch.Tensor:
+        """ρ (B, T): each response token's weight in the policy loss from the config's estimator (PRL's
+        A − S/η filled per step; GRPO / Dr.GRPO / RAFT: the outcome advantage broadcast over the response)."""
         b = self.boundaries(r) if self.estimator.uses_steps else None
         return compute_advantages(self.algo, r.rewards, r.group_ids, lp["logp_old"], lp["logp_ref"], r.mask, b)
 
     # ---- 4e. policy update -------------------------------------------------------------------
 
-    def update(self, r: Rollouts, lp: dict[str, torch.Tensor], adv: torch.Tensor) -> dict[str, float]:
+    def update(self, r: Rollouts, lp: dict[str, torch.Tensor], rho: torch.Tensor) -> dict[str, float]:
         """``ppo_epochs`` passes of mini-batch updates; returns loss metrics and grad norm, means over updates."""
         self.engine.module.train()
         gen = torch.Generator().manual_seed(self.t.seed * 1_000_003 + self.step_no)
@@ -367,7 +369,7 @@ class Trainer:
                     ids, attn, plen, resp, mask = self._batch(r, micro)
                     logp, logits = response_logprobs(self.engine, ids, attn, plen, resp, mask,
                                                      temperature=self.t.temperature, with_logits=True)
-                    old, ref, a = (x[micro].to(self.device) for x in (lp["logp_old"], lp["logp_ref"], adv))
+                    old, ref, a = (x[micro].to(self.device) for x in (lp["logp_old"], lp["logp_ref"], rho))
                     if self.estimator.loss == "sft":  # RAFT: likelihood of the selected (correct) responses
                         keep = mask & (a > 0)
                         loss = sft_loss(logp, keep, agg=self.algo.loss_agg)
@@ -417,13 +419,13 @@ class Trainer:
 
     # ---- 4g. diagnostics -------------------------------------------------------------------------
 
-    def diagnostics(self, r: Rollouts, lp: dict[str, torch.Tensor], adv: torch.Tensor) -> dict[str, float]:
+    def diagnostics(self, r: Rollouts, lp: dict[str, torch.Tensor], rho: torch.Tensor) -> dict[str, float]:
         m = r.mask
         k3 = kl_penalty(lp["logp_old"], lp["logp_ref"], "k3")
         groups = {}
         for g, rew in zip(r.group_ids.tolist(), r.rewards.tolist()):
             groups.setdefault(g, []).append(rew)
-        rho = adv[m]
+        on_response = rho[m]
         verdicts = {f"verify/{v}_frac": sum(x == v for x in r.verdicts) / max(1, len(r.verdicts))
                     for v in ("no_answer", "timeout", "error")}
         return {**verdicts,
@@ -434,11 +436,11 @@ class Trainer:
             "response/clipped_frac": float((m.sum(1) >= self.t.max_tokens).float().mean()),
             "kl/ref": float(masked_mean(k3, m)),
             "kl/ref_seq_sum": float((k3 * m).sum(1).mean()),
-            "prl/rho_mean": float(rho.mean()) if rho.numel() else float("nan"),
-            "prl/rho_std": float(rho.std()) if rho.numel() > 1 else float("nan"),
+            "prl/rho_mean": float(on_response.mean()) if on_response.numel() else float("nan"),
+            "prl/rho_std": float(on_response.std()) if on_response.numel() > 1 else float("nan"),
         }
 
-    def segments(self, r: Rollouts, lp: dict[str, torch.Tensor], adv: torch.Tensor) -> list[dict[str, Any]]:
+    def segments(self, r: Rollouts, lp: dict[str, torch.Tensor], rho: torch.Tensor) -> list[dict[str, Any]]:
         """Per-segment rows (bounds, S at the boundary, ρ) for the first ``segments_per_step`` rollouts."""
         k = min(self.t.segments_per_step, len(r.texts))
         if k == 0:
@@ -454,7 +456,7 @@ class Trainer:
             for j, end in enumerate(ends):
                 rows.append({"run_id": self.run_id, "step": self.step_no, "rollout_idx": i, "segment_idx": j,
                              "start_tok": start, "end_tok": end, "kl_to_go": float(S[i, end]),
-                             "rho": float(adv[i, end])})
+                             "rho": float(rho[i, end])})
                 start = end + 1
         return rows
 
@@ -479,9 +481,9 @@ class Trainer:
         t2 = time.perf_counter()
         lp = phase("logprobs", self.logprobs, r)
         t3 = time.perf_counter()
-        adv = self.advantages(r, lp)
-        metrics = self.diagnostics(r, lp, adv)
-        metrics.update(phase("update", self.update, r, lp, adv))
+        rho = self.advantages(r, lp)
+        metrics = self.diagnostics(r, lp, rho)
+        metrics.update(phase("update", self.update, r, lp, rho))
         t4 = time.perf_counter()
         self.sync_weights()
         t5 = time.perf_counter()
@@ -489,7 +491,7 @@ class Trainer:
                         "time/update": t4 - t3, "time/sync": t5 - t4, "time/step": t5 - t0})
         metrics = self.all_reduce_mean(metrics)
         self.step_no += 1
-        segs = {"segments": self.segments(r, lp, adv), "rollouts": self.inspected_rollouts(r)} if self.rank == 0 else {}
+        segs = {"segments": self.segments(r, lp, rho), "rollouts": self.inspected_rollouts(r)} if self.rank == 0 else {}
         self.finish_step(metrics, segs)
         return metrics
 
