@@ -2,12 +2,12 @@
 
     load problems → register run → [per chunk: generate → verify → store] → finish run
 
-The logic is :func:`prl.evaluation.evaluate.run_evaluation`; this module runs its steps as Prefect tasks.
-The engine and the verifier pool are process resources opened once and passed to the chunk
-tasks, so those tasks are not cached (their inputs are live objects). Resumption comes from the
-store, not from Prefect's cache: problems that already have ``n`` samples are skipped, and each
-chunk is one transaction. Storing is retried (it is idempotent); generation and verification
-are not (a failure there is reported, and rerunning the command resumes).
+The flow reads top to bottom and calls the plain functions of :mod:`prl.evaluation.evaluate`
+(the same ones :func:`~prl.evaluation.evaluate.run_evaluation` chains without Prefect); the run's
+start and each chunk (generate → verify → store, one transaction) are Prefect tasks. The engine
+and the verifier pool are process resources opened once and passed to the chunk tasks, so those
+tasks are not cached (their inputs are live objects). Resumption comes from the store, not from
+Prefect's cache: problems that already have ``n`` samples are skipped; rerunning resumes.
 
 With ``task_runner='ray'`` (``prl eval --task-runner ray``) the pending problems are cut into
 shards that run as ``eval-shard`` tasks on a Ray cluster through prefect-ray's
@@ -25,48 +25,35 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow, get_client, task
 from prefect.cache_policies import NO_CACHE
+from prefect.futures import as_completed
 
 from flows.logs import log as _log
 
 from prl.evaluation import evaluate as ev
 from prl.evaluation import shards as sh
-from prl.store.db import Store
+from prl.evaluation.config import EvalConfig, EvalError
 
 
 
 
-@task(name="load-problems", cache_policy=NO_CACHE)
-def load_problems(cfg: ev.EvalConfig):
-    return ev.load_problems(cfg, log=_log)
+@task(name="begin-run", cache_policy=NO_CACHE)
+def begin_run(cfg: EvalConfig) -> ev.EvalRun:
+    return ev.begin_run(cfg, log=_log)
 
 
-@task(name="register-run", cache_policy=NO_CACHE)
-def register_run(cfg: ev.EvalConfig, problems) -> dict[str, Any]:
-    return ev.register_run(Store(cfg.db), cfg, problems)
-
-
-@task(name="generate-chunk", cache_policy=NO_CACHE)
-def generate_chunk(engine, problems, sampling):
-    return ev.generate_chunk(engine, problems, sampling)
-
-
-@task(name="verify-chunk", cache_policy=NO_CACHE)
-def verify_chunk(pool, run_id: str, problems, samples):
-    return ev.verify_chunk(pool, run_id, problems, samples)
-
-
-@task(name="store-chunk", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2)
-def store_chunk(db: str, rows) -> int:
-    return ev.store_chunk(db, rows)
+@task(name="eval-chunk", cache_policy=NO_CACHE)
+def eval_chunk(engine, pool, cfg: EvalConfig, run_id: str, chunk) -> dict[str, Any]:
+    """generate → verify → store one chunk (one transaction; not retried: rerunning the flow resumes)."""
+    return ev.evaluate_chunk(engine, pool, cfg, run_id, chunk)
 
 
 def _retry_unless_input_error(task, task_run, state) -> bool:
     """Retry a shard lost to its worker (node gone, OOM), not one refused for its input."""
     try:
         state.result()
-    except ev.EvalError:
+    except EvalError:
         return False
     except Exception:
         return True
@@ -74,21 +61,13 @@ def _retry_unless_input_error(task, task_run, state) -> bool:
 
 
 @task(name="eval-shard", cache_policy=NO_CACHE, retries=1, retry_condition_fn=_retry_unless_input_error)
-def eval_shard(cfg: ev.EvalConfig, run_id: str, problems, path: str) -> dict[str, Any]:
+def eval_shard(cfg: EvalConfig, run_id: str, problems, path: str) -> dict[str, Any]:
     """One shard on a worker: engine → generate → verify → its own Parquet file (safe to repeat)."""
     return sh.run_shard(cfg, run_id, problems, path)
 
 
-@task(name="ingest-shard", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2)
-def ingest_shard(db: str, run_id: str, path: str) -> int:
-    return sh.ingest_shard(db, run_id, path)
-
-
-def run_shards_on_task_runner(cfg: ev.EvalConfig, run_id: str, shards, directory: Path):
+def shard_results(cfg: EvalConfig, run_id: str, shards, directory: Path):
     """Submit every shard to the flow's task runner; yield (shard, result or error) as they finish."""
-    from prefect import get_client
-    from prefect.futures import as_completed
-
     # Workers get absolute paths (their working directory is not ours) and this flow's API
     # server, so their task runs report here instead of each starting a temporary server.
     worker_cfg = replace(cfg, model=str(Path(cfg.model).resolve()), db=str(Path(cfg.db).resolve()))
@@ -96,11 +75,11 @@ def run_shards_on_task_runner(cfg: ev.EvalConfig, run_id: str, shards, directory
         api_url = str(client.api_url)
     env = {"PREFECT_API_URL": api_url, "RAY_USAGE_STATS_ENABLED": "0",
            **{k: v for k, v in os.environ.items() if k.startswith(("PREFECT_LOGGING", "VLLM_", "HF_"))}}
-    submit = lambda s: eval_shard.submit(worker_cfg, run_id, s.problems, str(directory / f"{s.name}.parquet"))  # noqa: E731
     from prefect_ray.context import remote_options  # the sharded path runs on the Ray task runner only
 
     with remote_options(num_cpus=cfg.shard_cpus, runtime_env={"env_vars": env}):
-        futures = {submit(s): s for s in shards}
+        futures = {eval_shard.submit(worker_cfg, run_id, s.problems, str(directory / f"{s.name}.parquet")): s
+                   for s in shards}
     for future in as_completed(list(futures)):
         try:
             yield futures[future], future.result()
@@ -108,56 +87,39 @@ def run_shards_on_task_runner(cfg: ev.EvalConfig, run_id: str, shards, directory
             yield futures[future], e
 
 
-TASK_STEPS = ev.Steps(load_problems=load_problems, register_run=register_run, generate_chunk=generate_chunk,
-                      verify_chunk=verify_chunk, store_chunk=store_chunk, run_shards=run_shards_on_task_runner,
-                      ingest_shard=ingest_shard)
-
-
-# Live engines lent to the flow by this process (training lends its rollout engine). They are
-# passed by key, never as flow parameters: Prefect serialises a flow's parameters for its API,
-# and serialising an engine deep-copies its weights and KV cache (measured: +14 GB, 12 s).
-_LENT_ENGINES: dict[str, Any] = {}
-
-
 @flow(name="evaluate", log_prints=False)
-def evaluate(cfg: ev.EvalConfig, progress: bool = True, engine_key: str | None = None) -> dict[str, Any]:
-    """Generate ``cfg.n`` samples per problem, verify them, and store every sample; returns a summary.
-
-    ``engine_key``: a running engine for ``cfg.model`` lent with :func:`evaluate_with_engine`.
-    """
-    engine = None
-    if engine_key is not None:
-        if engine_key not in _LENT_ENGINES:
-            raise ev.EvalError(f"engine_key: no engine {engine_key!r} is lent in this process")
-        engine = _LENT_ENGINES[engine_key]
-    return ev.run_evaluation(cfg, progress=progress, engine=engine, steps=TASK_STEPS, log=_log)
-
-
-def evaluate_with_engine(cfg: ev.EvalConfig, engine: Any, progress: bool = False) -> dict[str, Any]:
-    """Run the ``evaluate`` flow on an engine this process already runs (it is not closed)."""
-    key = f"engine-{id(engine)}"
-    _LENT_ENGINES[key] = engine
+def evaluate(cfg: EvalConfig, progress: bool = True) -> dict[str, Any]:
+    """Generate ``cfg.n`` samples per problem, verify them, and store every sample; returns a summary."""
+    run = begin_run(cfg)
     try:
-        return evaluate(cfg, progress=progress, engine_key=key)
-    finally:
-        _LENT_ENGINES.pop(key, None)
+        if run.pending and cfg.task_runner != "local":
+            shards, directory = ev.plan_shards(run, _log)
+            ev.store_shard_results(run, shards, shard_results(cfg, run.run_id, shards, directory), progress, _log)
+        elif run.pending:
+            with ev.open_engine(run, log=_log) as (engine, pool), ev.progress_bar(run, progress) as bar:
+                for chunk in ev.chunked(run.pending, cfg.chunk_problems):
+                    ev.record_chunk(run, eval_chunk(engine, pool, cfg, run.run_id, chunk), bar)
+    except BaseException:
+        ev.fail_run(run)
+        raise
+    return ev.end_run(run, _log)
 
 
-def ray_task_runner(cfg: ev.EvalConfig):
+def ray_task_runner(cfg: EvalConfig):
     """prefect-ray's ``RayTaskRunner`` for ``cfg``: join ``cfg.ray_address`` or start a local runtime."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         from prefect_ray import RayTaskRunner
     except ImportError:
-        raise ev.EvalError("task_runner: 'ray' needs the optional extra: pip install -e '.[ray]' "
-                           "(prefect-ray and ray)") from None
+        raise EvalError("task_runner: 'ray' needs the optional extra: pip install -e '.[ray]' "
+                        "(prefect-ray and ray)") from None
     init_kwargs: dict[str, Any] = {}
     if cfg.ray_address is None:  # a local runtime: this machine's CPUs, no web dashboard
         init_kwargs = {"num_cpus": cfg.ray_cpus or os.cpu_count(), "include_dashboard": False}
     return RayTaskRunner(address=cfg.ray_address, init_kwargs=init_kwargs)
 
 
-def evaluate_flow(cfg: ev.EvalConfig):
+def evaluate_flow(cfg: EvalConfig):
     """The ``evaluate`` flow with the task runner ``cfg.task_runner`` asks for."""
     if cfg.task_runner == "ray":
         return evaluate.with_options(task_runner=ray_task_runner(cfg))

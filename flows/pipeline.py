@@ -15,89 +15,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
+from flows.config import PipelineConfig
 from flows.logs import log as _log
+from flows.train import train_run
 
-from prl.data.datasets import BENCHMARKS, SYNTHETIC
+from prl.data.datasets import SYNTHETIC
 from prl.manifest import run_manifest
-
-
-@dataclass(frozen=True)
-class PipelineConfig:
-    """The main job on the embedded default (every size is small enough for 2 CPU cores)."""
-
-    out_dir: str = "runs/demo"
-    """Everything goes here: data, models, checkpoints, the store, the report."""
-    db: str | None = None
-    """Store file (default: OUT_DIR/store.duckdb)."""
-    seed: int = 0
-    """One seed for data, model, warm start, rollouts and evaluation sampling."""
-    sft_steps: int = 600
-    """Warm-start steps (~4 min on 2 cores)."""
-    direct_frac: float = 0.5
-    """Share of warm-start training solutions written without the working (``SFTConfig.direct_frac``): the
-    warm start then answers about half the problems directly, mostly wrongly on multi-step ones, and RL has
-    a behaviour to learn (show the working). 0 gives a warm start that always shows it."""
-    train_steps: int = 100
-    """RL steps of each of PRL and GRPO."""
-    prompts_per_step: int = 16
-    """Prompts per RL step (× n_samples rollouts)."""
-    n_samples: int = 5
-    """Rollouts per prompt (the group size)."""
-    lr: float = 2e-5
-    """RL learning rate (Adam). Adam's early steps move every weight by ~lr whatever the gradient's size:
-    one step at 1e-4 cut the log-probability of the batch's *rewarded* answers (-0.07 nats) as well as
-    the others (-1.78); at 1e-5 it raised them (+0.15) and lowered the others (-0.12). 5e-5 and up
-    left the held-out accuracy flat or lower (README, Status)."""
-    updates_per_step: int = 5
-    """Optimizer updates per RL step: the step's rollouts in this many PPO mini-batches (one pass)."""
-    eta: float = 20.0
-    """PRL's inverse KL strength, scaled to the task's ~30-token responses."""
-    step_split: str = "text:\n\n"
-    """PRL's step split: one step per paragraph, as the task's solutions are written."""
-    max_tokens: int = 96
-    """Max response tokens in training and evaluation."""
-    eval_n: int = 4
-    """Samples per problem in the evaluations."""
-    synth_limit: int | None = None
-    """Held-out synthetic problems evaluated (None: all 400)."""
-    bench_limit: int = 20
-    """Problems of each benchmark evaluated (a slice: the tiny model cannot solve them; they exercise the path)."""
-    benchmarks: tuple[str, ...] = BENCHMARKS
-    """Benchmarks in the evaluation slice."""
-    engine: str = "vllm"
-    """Generation engine for rollouts and evaluation."""
-    eval_task_runner: str = "local"
-    """Task runner of the evaluations: 'local' (in this process) or 'ray' (shards on a local Ray runtime)."""
-
-    def __post_init__(self):
-        from prl.training.sft import SFTConfig
-
-        SFTConfig(direct_frac=self.direct_frac)  # the same check, before any work starts
-        rollouts = self.prompts_per_step * self.n_samples
-        if self.updates_per_step < 1 or rollouts % self.updates_per_step:
-            from prl_core.config import ConfigError
-
-            raise ConfigError(f"updates_per_step: must divide the step's {rollouts} rollouts (prompts_per_step "
-                              f"{self.prompts_per_step} × n_samples {self.n_samples}), got {self.updates_per_step}")
-
-    @property
-    def store(self) -> str:
-        return self.db or str(Path(self.out_dir) / "store.duckdb")
-
-    def eval_datasets(self) -> tuple[str, ...]:
-        synth = f"{SYNTHETIC}:{self.synth_limit}" if self.synth_limit else SYNTHETIC
-        return (synth, *(f"{b}:{self.bench_limit}" for b in self.benchmarks))
-
-
 
 
 def _inputs_key(*fields: str):
@@ -168,34 +99,6 @@ def train_config(cfg: PipelineConfig, estimator: str, model: str):
     return RunConfig(algo, t)
 
 
-@task(name="train", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=5)
-def train_model(rc) -> dict[str, Any]:
-    """Train (or resume) one run in its own process, as DeepSpeed's launcher would: the process
-    group, the trainer's rollout engine and their memory live and die with it. Safe to retry:
-    the run resumes from its last checkpoint."""
-    import os
-    import subprocess
-
-    import yaml
-
-    out = Path(rc.train.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    config = out.with_suffix(".yaml")
-    config.write_text(yaml.safe_dump(json.loads(json.dumps(rc.to_dict(), default=list)), sort_keys=False))
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")}
-    _log(f"training {rc.train.run_id} ({rc.algorithm.estimator}, {rc.train.steps} steps) → {out}; config {config}")
-    proc = subprocess.run([sys.executable, "-m", "prl.training.train", "--config", str(config), "--resume"], env=env,
-                          stdout=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"training {rc.train.run_id} failed (exit {proc.returncode}); rerun the pipeline to "
-                           f"resume it from {out / 'checkpoints'}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    _log(f"trained {rc.train.run_id}: {result['steps']} steps"
-         + (f" (resumed after step {result['resumed_from_step']})" if result.get("resumed_from_step") else ""))
-    return result
-
-
 def eval_config(cfg: PipelineConfig, name: str, model: str):
     from prl.evaluation.config import EvalConfig
 
@@ -264,7 +167,7 @@ def pipeline(cfg: PipelineConfig = PipelineConfig(), progress: bool = True) -> d
     policies = {}
     for estimator in ("prl", "grpo"):
         rc = train_config(cfg, estimator, warm)
-        timed(f"train_{estimator}", train_model.with_options(name=f"train-{estimator}"), rc)
+        timed(f"train_{estimator}", train_run.with_options(name=f"train-{estimator}"), rc)
         policies[estimator] = str(Path(rc.train.out_dir) / "policy")
     runs = {}
     for name, model in (("warm_start", warm), ("grpo", policies["grpo"]), ("prl", policies["prl"])):
@@ -302,11 +205,3 @@ def write_demo_result(cfg: PipelineConfig, result: dict[str, Any], phases: dict[
     path = Path(cfg.out_dir) / "demo_result.json"
     path.write_text(json.dumps(doc, indent=2, default=float) + "\n")
     return path
-
-
-def small(out_dir: str, **overrides: Any) -> PipelineConfig:
-    """A seconds-scale budget for tests: the same flow, tiny numbers."""
-    base = PipelineConfig(out_dir=out_dir, sft_steps=60, train_steps=3, prompts_per_step=4, n_samples=4,
-                          eval_n=2, synth_limit=12, bench_limit=2, max_tokens=48,
-                          updates_per_step=2)
-    return replace(base, **overrides)

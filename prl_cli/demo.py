@@ -15,7 +15,14 @@ import contextlib
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
+
+from flows.config import PipelineConfig, small
+
+from prl.evaluation.config import TASK_RUNNERS
+from prl.generation.engines.base import ENGINE_KINDS
+from prl.options import add_config_arguments, config_kwargs
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -23,16 +30,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return main_args(args)
 
 
-def main_args(args) -> int:
-    from flows.pipeline import PipelineConfig, pipeline, small  # prefect: imported when the command runs
+OPTIONS = ("out_dir", "db", "seed", "sft_steps", "direct_frac", "train_steps", "prompts_per_step", "n_samples", "lr",
+           "updates_per_step", "eta", "max_tokens", "eval_n", "synth_limit", "bench_limit", "engine",
+           "eval_task_runner")
+"""The PipelineConfig fields `prl demo` exposes (flags, defaults and help come from the fields)."""
 
-    if args.small:
-        cfg = small(args.out, seed=args.seed, engine=args.engine, eval_task_runner=args.task_runner)
-    else:
-        cfg = PipelineConfig(out_dir=args.out, seed=args.seed, sft_steps=args.sft_steps, direct_frac=args.direct_frac,
-                             train_steps=args.train_steps,
-                             eval_n=args.eval_n, synth_limit=args.synth_limit, bench_limit=args.bench_limit,
-                             engine=args.engine, eval_task_runner=args.task_runner)
+
+def demo_config(args: argparse.Namespace) -> PipelineConfig:
+    """The demo's config: the default budget (or --small's), with every option given on the command line."""
+    given = config_kwargs(args, PipelineConfig, OPTIONS)
+    base = small(given.pop("out_dir", PipelineConfig.out_dir)) if args.small else PipelineConfig()
+    return replace(base, **given)
+
+
+def main_args(args) -> int:
+    from flows.pipeline import pipeline  # prefect: imported when the command runs
+
+    cfg = demo_config(args)
     with contextlib.redirect_stdout(sys.stderr):  # library chatter to stderr; the summary below to stdout
         result = pipeline(cfg, progress=not args.no_progress)
     run_summary(result)
@@ -75,20 +89,11 @@ example:
   prl demo                      # ~12 min on 2 cores the first time
   prl dashboard --db runs/demo/store.duckdb
 """)
-    p.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sft-steps", type=int, default=600, help="warm-start steps (default 600, ~4 min)")
-    p.add_argument("--direct-frac", type=float, default=0.5,
-                   help="share of warm-start solutions without the working (default 0.5: RL then has a behaviour "
-                        "to learn; 0: the warm start always shows it)")
-    p.add_argument("--train-steps", type=int, default=100, help="RL steps of PRL and of GRPO (default 100)")
-    p.add_argument("--eval-n", type=int, default=4, help="samples per problem in the evaluations (default 4)")
-    p.add_argument("--synth-limit", type=int, default=None, help="held-out synthetic problems (default all 400)")
-    p.add_argument("--bench-limit", type=int, default=20, help="problems of each benchmark (default 20)")
-    p.add_argument("--engine", choices=("vllm", "hf"), default="vllm")
-    p.add_argument("--task-runner", choices=("local", "ray"), default="local",
-                   help="where the evaluations run: local (default) or ray (shards on a local Ray runtime)")
+    add_config_arguments(p, PipelineConfig, OPTIONS, overrides=True, aliases={"out_dir": ("--out",),
+                         "eval_task_runner": ("--task-runner",)},
+                         choices={"engine": ENGINE_KINDS, "eval_task_runner": TASK_RUNNERS})
     p.add_argument("--small", action="store_true",
-                   help="a smoke-test budget (minutes): 60 warm-start steps, 3 RL steps, 12 synthetic + 2 per benchmark")
+                   help="a smoke-test budget (minutes; flows.config.small): 60 warm-start steps, 3 RL steps, 12 "
+                        "synthetic problems + 2 per benchmark; options given as well override it")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_demo)

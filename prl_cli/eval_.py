@@ -8,22 +8,20 @@ import json
 import os
 import sys
 
-from prl.store.db import DEFAULT_STORE
+from prl.evaluation.config import TASK_RUNNERS, EvalConfig
+from prl.evaluation.steps import preflight
+from prl.generation.engines.base import ENGINE_KINDS
+from prl.options import add_config_arguments, config_kwargs
+
+
+OPTIONS = ("model", "datasets", "n", "db", "run_id", "engine", "limit", "max_tokens", "temperature", "top_p", "seed",
+           "chunk_problems", "verifier_workers", "max_model_len", "strict", "task_runner", "shard_problems",
+           "shard_dir", "ray_address", "ray_cpus")
+"""The EvalConfig fields `prl eval` exposes (flags, defaults and help come from the fields)."""
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from prl.evaluation.config import EvalConfig
-
-    cfg = EvalConfig(
-        model=args.model, datasets=tuple(d.strip() for d in args.datasets.split(",") if d.strip()), n=args.n,
-        db=args.db, run_id=args.run_id, engine=args.engine, limit=args.limit, max_tokens=args.max_tokens,
-        temperature=args.temperature, top_p=args.top_p, seed=args.seed, chunk_problems=args.chunk,
-        verifier_workers=args.verifier_workers, strict=not args.lenient, max_model_len=args.max_model_len,
-        task_runner=args.task_runner, shard_problems=args.shard_problems, shard_dir=args.shard_dir,
-        ray_address=args.ray_address, ray_cpus=args.ray_cpus,
-    )
-    from prl.evaluation.steps import preflight
-
+    cfg = EvalConfig(**config_kwargs(args, EvalConfig, OPTIONS))
     preflight(cfg)  # input errors as one line, before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.evaluate import evaluate_flow
@@ -69,26 +67,7 @@ examples:
            --task-runner ray --ray-cpus 2 --shard-problems 50 --db runs/store.duckdb
   prl report --db runs/store.duckdb
 """)
-    p.add_argument("--model", required=True, help="model directory (Hugging Face layout)")
-    p.add_argument("--datasets", default="math500", help="comma-separated data sets or files (default math500)")
-    p.add_argument("--n", type=int, default=8, help="samples per problem (default 8, as the paper)")
-    p.add_argument("--db", default=DEFAULT_STORE, help=f"store file, created if missing (default {DEFAULT_STORE})")
-    p.add_argument("--run-id", default=None, help="run id (default: model name + hash of the settings)")
-    p.add_argument("--engine", choices=("vllm", "hf"), default="vllm", help="generation engine (default vllm)")
-    p.add_argument("--limit", type=int, default=None, help="only the first K problems of each data set")
-    p.add_argument("--max-tokens", type=int, default=3072, help="max new tokens per sample (default 3072, as the paper)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (default 1.0)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    p.add_argument("--chunk", type=int, default=32, help="problems per generate/verify/store transaction (default 32)")
-    p.add_argument("--verifier-workers", type=int, default=2, help="Math-Verify worker processes (default 2)")
-    p.add_argument("--max-model-len", type=int, default=None, help="engine context length (default: the model's)")
-    p.add_argument("--lenient", action="store_true", help="skip bad rows of user data files (counted) instead of failing")
-    p.add_argument("--task-runner", choices=("local", "ray"), default="local",
-                   help="local: chunks in this process (default); ray: shards on Ray workers (needs the ray extra)")
-    p.add_argument("--shard-problems", type=int, default=64, help="problems per shard with --task-runner ray (default 64)")
-    p.add_argument("--shard-dir", default=None, help="shard files' directory (default: <store dir>/shards)")
-    p.add_argument("--ray-address", default=None, help="Ray cluster to join, e.g. auto (default: start a local runtime)")
-    p.add_argument("--ray-cpus", type=int, default=None, help="CPUs of the local Ray runtime (default: all)")
+    add_config_arguments(p, EvalConfig, OPTIONS, required=("model",), aliases={"chunk_problems": ("--chunk",)},
+                         choices={"engine": ENGINE_KINDS, "task_runner": TASK_RUNNERS}, negate={"strict": ("--lenient", "skip bad rows of user data files (counted) instead of failing")})
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_eval)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from prl.options import add_config_arguments, config_kwargs
+from prl.training.sft import SFTConfig, run_sft
+
 
 def _cmd_build_tiny(args: argparse.Namespace) -> int:
     from prl.models.tiny import build_tiny, file_hashes
@@ -16,11 +19,13 @@ def _cmd_build_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_sft(args: argparse.Namespace) -> int:
-    from prl.training.sft import SFTConfig, run_sft
+SFT_OPTIONS = ("steps", "max_minutes", "batch_size", "lr", "warmup_steps", "weight_decay", "train_size", "eval_size",
+               "direct_frac", "seed", "threads")
+"""The SFTConfig fields `prl model sft` exposes (flags, defaults and help come from the fields)."""
 
-    cfg = SFTConfig(steps=args.steps, max_minutes=args.minutes, batch_size=args.batch_size, lr=args.lr,
-                    seed=args.seed, eval_size=args.eval_size, direct_frac=args.direct_frac)
+
+def _cmd_sft(args: argparse.Namespace) -> int:
+    cfg = SFTConfig(**config_kwargs(args, SFTConfig, SFT_OPTIONS))
     report = run_sft(args.model, args.out, cfg)
     print(json.dumps({k: report[k] for k in ("steps", "train_seconds", "accuracy_before_greedy",
                                              "accuracy_after_greedy", "accuracy_after_sampled")}, indent=2))
@@ -51,13 +56,5 @@ def register(sub) -> None:
     )
     m.add_argument("--model", required=True, help="model directory to start from (e.g. from build-tiny)")
     m.add_argument("--out", required=True, help="output directory for the fine-tuned model")
-    m.add_argument("--steps", type=int, default=600, help="optimizer steps (default 600, ~4 min on 2 cores)")
-    m.add_argument("--minutes", type=float, default=15.0, help="wall-clock safety limit (default 15)")
-    m.add_argument("--batch-size", type=int, default=64)
-    m.add_argument("--lr", type=float, default=2e-3)
-    m.add_argument("--eval-size", type=int, default=200, help="held-out problems for the accuracy report")
-    m.add_argument("--direct-frac", type=float, default=0.0,
-                   help="fraction of training solutions without the working, just the boxed answer "
-                        "(default 0; the demo uses 0.5 so that RL has a behaviour to learn)")
-    m.add_argument("--seed", type=int, default=0)
+    add_config_arguments(m, SFTConfig, SFT_OPTIONS, aliases={"max_minutes": ("--minutes",)})
     m.set_defaults(func=_cmd_sft)

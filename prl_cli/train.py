@@ -8,19 +8,17 @@ import json
 import os
 import sys
 
+from prl.generation.engines.base import check_model_dir
+from prl.training.config import add_run_arguments, run_config_from_args
+
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from prl.training.config import RunConfig
+    from prl.training.train import check_fresh_start  # deepspeed and transformers: when the command runs
 
-    cfg = RunConfig.from_yaml(args.config, db=args.db, run_id=args.run_id, out_dir=args.out, steps=args.steps,
-                              model=args.model)
+    cfg = run_config_from_args(args)
     cfg.train.validate(cfg.algorithm, int(os.environ.get("WORLD_SIZE", "1")))
-    from prl.generation.engines.base import check_model_dir
-
     check_model_dir(cfg.train.model)
     if not args.resume:
-        from prl.training.train import check_fresh_start
-
         check_fresh_start(cfg.train)  # one line, before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.train import train
@@ -55,12 +53,6 @@ example:
   prl train --config configs/train/tiny_prl.yaml --db runs/store.duckdb --steps 20
   prl train --config configs/train/tiny_prl.yaml --resume
 """)
-    p.add_argument("--config", required=True, help="YAML with algorithm: and train: sections")
-    p.add_argument("--model", default=None, help="starting model directory (default: the config's train.model)")
-    p.add_argument("--db", default=None, help="store file (default: the config's train.db)")
-    p.add_argument("--run-id", default=None, help="run id (default: the config's, else the out dir's name)")
-    p.add_argument("--out", default=None, help="output directory for checkpoints and weights (default: the config's)")
-    p.add_argument("--steps", type=int, default=None, help="total steps (default: the config's)")
-    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the out directory")
+    add_run_arguments(p)  # the same options as the training script (prl.training.config)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_train)

@@ -78,3 +78,57 @@ def test_every_subcommand_help_explains_defaults_and_gives_an_example():
         text = parser.format_help()
         assert "xample" in text, f"prl {' '.join(path)} --help has no example"
         assert len(parser.description or "") > 60, f"prl {' '.join(path)} --help does not explain itself"
+
+
+# ─── flags, defaults and help come from the typed configs (one source) ─────────────────────────
+
+def _options(command: list[str]):
+    import argparse
+
+    from prl_cli.main import build_parser
+
+    parser = build_parser()
+    for name in command:  # walk down to the subcommand's parser
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[name]
+    return {a.dest: a for a in parser._actions}
+
+
+def test_eval_sft_demo_and_train_options_are_their_configs_fields():
+    import dataclasses
+
+    from flows.config import PipelineConfig
+    from prl.evaluation.config import EvalConfig
+    from prl.options import field_docs
+    from prl.training.config import OVERRIDES, TrainConfig
+    from prl.training.sft import SFTConfig
+    from prl_cli import demo, eval_, model
+
+    cases = [(["eval"], EvalConfig, eval_.OPTIONS, "value"), (["model", "sft"], SFTConfig, model.SFT_OPTIONS, "value"),
+             (["demo"], PipelineConfig, demo.OPTIONS, None), (["train"], TrainConfig, OVERRIDES, None)]
+    for command, cls, names, defaults in cases:
+        options, docs = _options(command), field_docs(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for name in names:
+            action = options[name]
+            if action.option_strings[0] != "--" + name.replace("_", "-"):  # a negating switch (--lenient)
+                assert len(action.option_strings) == 1 and action.const is False and action.default is True
+                continue
+            assert docs[name].rstrip(".").replace("``", "`")[:30] in (action.help or ""), (command, name)
+            want = fields[name].default if defaults else None  # demo and train: only what is given overrides
+            if want is dataclasses.MISSING:  # a required option
+                want = None
+            if name == "datasets":
+                want = tuple(want)
+            assert action.default == want, (command, name, action.default, want)
+
+
+def test_given_options_reach_the_config():
+    from prl_cli.demo import demo_config
+    from prl_cli.main import build_parser
+
+    args = build_parser().parse_args(["eval", "--model", "m", "--datasets", "amc23,math500:5", "--chunk", "4",
+                                      "--lenient", "--n", "3"])
+    assert (args.datasets, args.chunk_problems, args.strict, args.n) == (("amc23", "math500:5"), 4, False, 3)
+    cfg = demo_config(build_parser().parse_args(["demo", "--small", "--out", "x", "--engine", "hf", "--eta", "5"]))
+    assert (cfg.out_dir, cfg.engine, cfg.eta, cfg.train_steps) == ("x", "hf", 5.0, 3)  # --small's budget, overridden

@@ -24,7 +24,8 @@ def _env(**extra) -> dict[str, str]:
 
 
 def test_pipeline_config_builds_twin_runs(tmp_path):
-    from flows.pipeline import PipelineConfig, eval_config, train_config
+    from flows.config import PipelineConfig
+    from flows.pipeline import eval_config, train_config
 
     cfg = PipelineConfig(out_dir=str(tmp_path / "demo"))
     prl, grpo = train_config(cfg, "prl", "m"), train_config(cfg, "grpo", "m")
@@ -42,7 +43,7 @@ def test_pipeline_config_builds_twin_runs(tmp_path):
 
 
 def test_pipeline_config_refuses_contradictions(tmp_path):
-    from flows.pipeline import PipelineConfig
+    from flows.config import PipelineConfig
     from prl_core.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"updates_per_step: must divide the step's 80 rollouts"):

@@ -12,7 +12,7 @@ import pytest
 
 from prl.data.datasets import load_dataset
 from prl.evaluation.config import EvalConfig, EvalError
-from prl.evaluation.evaluate import Steps, run_evaluation
+from prl.evaluation.evaluate import run_evaluation
 from prl.evaluation.shards import (ShardError, ingest_shard, leftover_shards, plan_shards, read_shard, shard_dir,
                         write_shard)
 from prl.store.db import SAMPLE_COLUMNS, Store
@@ -106,8 +106,8 @@ def test_sharded_run_stores_the_same_samples_as_the_chunked_run_and_resumes_from
                       engine_kwargs={"in_process": True})
     run_evaluation(base, progress=False, log=lambda *_: None)
     sharded = replace(base, db=str(tmp_path / "sharded.duckdb"), task_runner="ray", shard_problems=5)
-    # Steps() runs the shards one after another in this process: the Ray runner's logic without Ray.
-    summary = run_evaluation(sharded, progress=False, steps=Steps(), log=lambda *_: None)
+    # Without a task runner the shards run one after another in this process: the Ray path's logic.
+    summary = run_evaluation(sharded, progress=False, log=lambda *_: None)
     assert summary["shards"] == {"planned": 3, "failed": 0, "dir": str(tmp_path / "shards" / "r")}
     assert _samples(sharded.db, "r") == _samples(base.db, "r") and len(_samples(base.db, "r")) == 39
 
@@ -116,7 +116,7 @@ def test_sharded_run_stores_the_same_samples_as_the_chunked_run_and_resumes_from
     with Store(sharded.db, create=False).write() as con:
         con.execute("delete from samples")
     lines: list[str] = []
-    again = run_evaluation(sharded, progress=False, steps=Steps(), log=lines.append)
+    again = run_evaluation(sharded, progress=False, log=lines.append)
     assert again["generated_problems"] == 0 and again["samples_added"] == 0
     assert any("3 shard file(s) from earlier attempts read, 39 samples added" in line for line in lines)
     assert _samples(sharded.db, "r") == _samples(base.db, "r")

@@ -1,7 +1,14 @@
 """Evaluation: benchmarks → generation → Math-Verify → store (DESIGN §3, §4).
 
-The steps as plain functions; ``flows/evaluate.py`` wraps them as a Prefect flow with a
-progress bar, and ``prl eval`` runs that flow.
+An evaluation run, top to bottom, as plain functions (``flows/evaluate.py`` calls the same ones,
+the chunk and shard steps as Prefect tasks; ``prl eval`` runs that flow; training's periodic
+evaluations call :func:`run_evaluation` directly):
+
+    begin_run          load problems, register the run, store leftover shard files, count what is pending
+    open_engine        the engine (or a lent one) and the verifier workers, closed at the end
+    evaluate_chunk     per chunk of problems: generate → verify → store in one transaction
+    store_shard_results (sharded runs) store each shard's Parquet file as it arrives
+    end_run            finish the run's row and manifest, return the summary
 
 Resumable and idempotent at sample granularity. Problems are processed in chunks; each chunk
 is generated, verified, and written in **one** store transaction, so a run killed at any point
@@ -17,9 +24,10 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 from tqdm.auto import tqdm
 
@@ -33,151 +41,181 @@ from prl.grading.verifier import VerifierPool
 from prl.store.db import Store
 
 
-@dataclass(frozen=True)
-class Steps:
-    """The steps :func:`run_evaluation` calls; the Prefect flow passes task-wrapped versions."""
+@dataclass
+class EvalRun:
+    """An evaluation run in progress: what :func:`begin_run` found and what the chunks have added."""
 
-    load_problems: Callable = load_problems
-    register_run: Callable = lambda cfg, problems: register_run(Store(cfg.db), cfg, problems)  # noqa: E731
-    generate_chunk: Callable = generate_chunk
-    verify_chunk: Callable = verify_chunk
-    store_chunk: Callable = store_chunk
-    run_shards: Callable = None  # type: ignore[assignment]  # (cfg, run_id, shards, directory) → (shard, result|error) pairs
-    ingest_shard: Callable = None  # type: ignore[assignment]  # (db, run_id, path) → rows added
-
-    def __post_init__(self) -> None:
-        if self.run_shards is None:
-            object.__setattr__(self, "run_shards", run_shards_here)
-        if self.ingest_shard is None:
-            object.__setattr__(self, "ingest_shard", sh.ingest_shard)
+    cfg: EvalConfig
+    run_id: str
+    problems: list
+    pending: list
+    """Problems with fewer than ``cfg.n`` stored samples, in run order."""
+    summary: dict[str, Any]
+    t0: float = field(default_factory=time.perf_counter)
+    seconds: dict[str, float] = field(default_factory=lambda: {"generate": 0.0, "verify": 0.0, "store": 0.0})
+    engine_info: dict[str, Any] | None = None
+    template: dict[str, Any] | None = None
 
 
-def run_shards_here(cfg: EvalConfig, run_id: str, shards, directory: Path):
-    """Run shards one after another in this process; yields (shard, result or the exception)."""
-    for shard in shards:
-        try:
-            yield shard, sh.run_shard(cfg, run_id, shard.problems, directory / f"{shard.name}.parquet")
-        except Exception as e:  # reported by the caller after the other shards are stored
-            yield shard, e
-
-
-def run_evaluation(cfg: EvalConfig, *, progress: bool = True, engine: Engine | None = None,
-                   steps: Steps = Steps(), log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Generate ``cfg.n`` samples per problem, verify and store them; returns a summary.
-
-    ``engine``: an already running engine serving ``cfg.model`` (training reuses its rollout
-    engine); it is not closed. Otherwise one is started and closed here.
-    """
-    t0 = time.perf_counter()
-    problems = steps.load_problems(cfg)
-    info = steps.register_run(cfg, problems)
+def begin_run(cfg: EvalConfig, log: Callable[[str], None] = print) -> EvalRun:
+    """Load the problems, register the run (refusing other settings under its id), store shard files an
+    earlier sharded attempt left, and count the problems still short of ``n`` samples."""
+    problems = load_problems(cfg, log)
+    store = Store(cfg.db)
+    info = register_run(store, cfg, problems)
     run_id = info["run_id"]
-    store = Store(cfg.db, create=False)
     if cfg.task_runner != "local":
-        _ingest_leftover_shards(cfg, run_id, steps, log)
+        ingest_leftover_shards(cfg, run_id, log)
     pending = pending_problems(store, run_id, problems, cfg.n)
     done = len(problems) - len(pending)
     log(f"run {run_id} ({'resumed' if info['resumed'] else 'new'}), store {cfg.db}: {len(problems)} problems "
         f"from {', '.join(cfg.datasets)}; {done} already have {cfg.n} samples, {len(pending)} to generate")
     summary: dict[str, Any] = {"run_id": run_id, "db": cfg.db, "problems": len(problems), "skipped_complete": done,
                                "generated_problems": len(pending), "samples_added": 0}
-    engine_info = template = None
-    try:
-        if pending and cfg.task_runner != "local":
-            engine_info, template = _generate_sharded(cfg, run_id, pending, progress, summary, steps, log)
-        elif pending:
-            engine_info, template = _generate_all(cfg, run_id, pending, progress, summary, engine, steps, log)
-    except BaseException:
-        mark_failed(store, run_id)
-        raise
-    summary["total_s"] = round(time.perf_counter() - t0, 2)
-    finish_run(store, cfg, run_id, problems, engine_info, template, summary)
-    counts = store.rows("stored_counts_for_run", run_id=run_id)
-    summary["stored_samples"] = sum(c for *_, c in counts)
-    correct = store.rows("dataset_metrics_for_run", run_id=run_id)
-    summary["average_at_n"] = {d: avg for d, _p, _n, avg, _pass in correct}
-    log(f"run {run_id}: {summary['samples_added']} samples added, {summary['stored_samples']} stored "
-        f"for {len(counts)} problems in {cfg.db} ({summary['total_s']:.0f} s)")
-    return summary
+    return EvalRun(cfg, run_id, problems, pending, summary)
 
 
-def _generate_all(cfg: EvalConfig, run_id: str, pending, progress: bool, summary: dict[str, Any],
-                  engine: Engine | None, steps: Steps, log: Callable[[str], None]):
-    """Chunks of generate → verify → store with one progress bar; returns (engine info, template)."""
+@contextmanager
+def open_engine(run: EvalRun, engine: Engine | None = None, log: Callable[[str], None] = print
+                ) -> Iterator[tuple[Engine, VerifierPool]]:
+    """(engine, verifier pool) for the run's chunks; a lent ``engine`` (training's rollout engine) is used
+    and left open, otherwise one is started here and closed on exit. Prompts longer than the engine's
+    context are refused before anything is generated. Records the engine and chat template on ``run``."""
+    cfg = run.cfg
     own = engine is None
     if own:
-        t_engine = time.perf_counter()
+        t = time.perf_counter()
         engine = start_engine(cfg)
-        summary["engine_start_s"] = round(time.perf_counter() - t_engine, 2)
-        log(f"engine {cfg.engine} ready in {summary['engine_start_s']:.1f} s")
-    gen_s = ver_s = store_s = 0.0
+        run.summary["engine_start_s"] = round(time.perf_counter() - t, 2)
+        log(f"engine {cfg.engine} ready in {run.summary['engine_start_s']:.1f} s")
     try:
-        check_prompts(engine, pending)
+        check_prompts(engine, run.pending)
         with VerifierPool(cfg.verifier_workers, timeout_s=cfg.verify_timeout_s,
-                          wall_s=3.0 * cfg.verify_timeout_s) as pool, \
-                tqdm(total=len(pending) * cfg.n, unit="sample", desc=f"eval {run_id}", disable=not progress,
-                     file=sys.stderr, dynamic_ncols=True) as bar:
-            sampling = cfg.sampling()
-            for chunk in chunked(pending, cfg.chunk_problems):
-                t = time.perf_counter()
-                samples = steps.generate_chunk(engine, chunk, sampling)
-                gen_s += time.perf_counter() - t
-                t = time.perf_counter()
-                rows = steps.verify_chunk(pool, run_id, chunk, samples)
-                ver_s += time.perf_counter() - t
-                t = time.perf_counter()
-                summary["samples_added"] += steps.store_chunk(cfg.db, rows)
-                store_s += time.perf_counter() - t
-                bar.update(len(rows))
-                bar.set_postfix(correct=f"{sum(r['verdict'] == 'correct' for r in rows)}/{len(rows)}")
-        engine_info = engine.info()
-        template = {"template_sha256": engine.template_hash(), "template": chat_template_text(engine.tokenizer)}
+                          wall_s=3.0 * cfg.verify_timeout_s) as pool:
+            yield engine, pool
+        run.engine_info = engine.info()
+        run.template = {"template_sha256": engine.template_hash(), "template": chat_template_text(engine.tokenizer)}
     finally:
         if own:
             engine.close()
-    summary["seconds"] = {"generate": round(gen_s, 2), "verify": round(ver_s, 2), "store": round(store_s, 2)}
-    return engine_info, template
 
 
-def _ingest_leftover_shards(cfg: EvalConfig, run_id: str, steps: Steps, log: Callable[[str], None]) -> None:
-    """Store shard files an earlier attempt wrote but did not ingest (idempotent)."""
+def evaluate_chunk(engine: Engine, pool: VerifierPool, cfg: EvalConfig, run_id: str, chunk: list
+                   ) -> dict[str, Any]:
+    """Generate ``cfg.n`` samples for each problem of ``chunk``, verify them and store them in one
+    transaction. Returns {"rows", "correct", "added", "seconds": {generate, verify, store}}."""
+    t0 = time.perf_counter()
+    samples = generate_chunk(engine, chunk, cfg.sampling())
+    t1 = time.perf_counter()
+    rows = verify_chunk(pool, run_id, chunk, samples)
+    t2 = time.perf_counter()
+    added = store_chunk(cfg.db, rows)
+    t3 = time.perf_counter()
+    return {"rows": len(rows), "correct": sum(r["verdict"] == "correct" for r in rows), "added": added,
+            "seconds": {"generate": t1 - t0, "verify": t2 - t1, "store": t3 - t2}}
+
+
+def progress_bar(run: EvalRun, progress: bool):
+    """The run's progress bar (samples) on stderr."""
+    return tqdm(total=len(run.pending) * run.cfg.n, unit="sample", desc=f"eval {run.run_id}", disable=not progress,
+                file=sys.stderr, dynamic_ncols=True)
+
+
+def record_chunk(run: EvalRun, result: dict[str, Any], bar) -> None:
+    """Add a chunk's counts and times to the run and advance the bar."""
+    run.summary["samples_added"] += result["added"]
+    for k, v in result["seconds"].items():
+        run.seconds[k] = run.seconds.get(k, 0.0) + v
+    bar.update(result["rows"])
+    bar.set_postfix(correct=f"{result['correct']}/{result['rows']}")
+
+
+def ingest_leftover_shards(cfg: EvalConfig, run_id: str, log: Callable[[str], None] = print) -> None:
+    """Store shard files an earlier attempt wrote but did not store (idempotent)."""
     files = sh.leftover_shards(sh.shard_dir(cfg.db, run_id, cfg.shard_dir))
-    added = sum(steps.ingest_shard(cfg.db, run_id, str(f)) for f in files)
+    added = sum(sh.ingest_shard(cfg.db, run_id, str(f)) for f in files)
     if files:
         log(f"run {run_id}: {len(files)} shard file(s) from earlier attempts read, {added} samples added from them")
 
 
-def _generate_sharded(cfg: EvalConfig, run_id: str, pending, progress: bool, summary: dict[str, Any],
-                      steps: Steps, log: Callable[[str], None]):
-    """Shards fanned out by ``steps.run_shards``; each finished shard's file is ingested as it arrives."""
-    directory = sh.shard_dir(cfg.db, run_id, cfg.shard_dir)
+def plan_shards(run: EvalRun, log: Callable[[str], None] = print) -> tuple[list[sh.Shard], Path]:
+    """The run's pending problems cut into shards, and the directory their files go to."""
+    cfg = run.cfg
+    directory = sh.shard_dir(cfg.db, run.run_id, cfg.shard_dir)
     directory.mkdir(parents=True, exist_ok=True)
-    shards = sh.plan_shards(pending, cfg.shard_problems)
-    log(f"run {run_id}: {len(shards)} shard(s) of <= {cfg.shard_problems} problems on the {cfg.task_runner} "
+    shards = sh.plan_shards(run.pending, cfg.shard_problems)
+    log(f"run {run.run_id}: {len(shards)} shard(s) of <= {cfg.shard_problems} problems on the {cfg.task_runner} "
         f"task runner, shard files in {directory}")
-    engine_info = template = None
+    return shards, directory
+
+
+def store_shard_results(run: EvalRun, shards: list[sh.Shard], results: Iterable[tuple[sh.Shard, Any]],
+                        progress: bool, log: Callable[[str], None] = print) -> None:
+    """Store each finished shard's file as it arrives; ``results`` yields (shard, result or the exception
+    its task raised). Raises :class:`EvalError` after the others are stored if any shard failed."""
+    cfg = run.cfg
     failed: list[tuple[Any, BaseException]] = []
-    seconds = {"engine_start": 0.0, "generate": 0.0, "verify": 0.0, "store": 0.0}
-    with tqdm(total=len(pending) * cfg.n, unit="sample", desc=f"eval {run_id}", disable=not progress,
-              file=sys.stderr, dynamic_ncols=True) as bar:
-        for shard, result in steps.run_shards(cfg, run_id, shards, directory):
+    run.seconds = {"engine_start": 0.0, "generate": 0.0, "verify": 0.0, "store": 0.0}
+    with progress_bar(run, progress) as bar:
+        for shard, result in results:
             if isinstance(result, BaseException):
                 failed.append((shard, result))
                 log(f"shard {shard.name} failed: {type(result).__name__}: {result}")
                 continue
             t = time.perf_counter()
-            summary["samples_added"] += steps.ingest_shard(cfg.db, run_id, result["path"])
-            seconds["store"] += time.perf_counter() - t
+            run.summary["samples_added"] += sh.ingest_shard(cfg.db, run.run_id, result["path"])
+            run.seconds["store"] += time.perf_counter() - t
             for k, v in result["seconds"].items():
-                seconds[k] = seconds.get(k, 0.0) + v
-            engine_info, template = engine_info or result["engine"], template or result["template"]
+                run.seconds[k] = run.seconds.get(k, 0.0) + v  # summed over shards (they overlap)
+            run.engine_info, run.template = run.engine_info or result["engine"], run.template or result["template"]
             bar.update(result["rows"])
             bar.set_postfix(correct=f"{result['correct']}/{result['rows']}", shards=f"{bar.n // cfg.n}")
-    summary["shards"] = {"planned": len(shards), "failed": len(failed), "dir": str(directory)}
-    summary["seconds"] = {k: round(v, 2) for k, v in seconds.items()}  # summed over shards (they overlap)
+    run.summary["shards"] = {"planned": len(shards), "failed": len(failed),
+                             "dir": str(sh.shard_dir(cfg.db, run.run_id, cfg.shard_dir))}
     if failed:
         shard, err = failed[0]
         raise EvalError(f"{len(failed)} of {len(shards)} shard(s) failed (first: {shard.name}: "
                         f"{type(err).__name__}: {err}); the other shards are stored — rerun the same command "
                         "to generate only what is missing") from err
-    return engine_info, template
+
+
+def fail_run(run: EvalRun) -> None:
+    """Status 'failed' (what is stored stays; rerunning the same command resumes)."""
+    mark_failed(Store(run.cfg.db, create=False), run.run_id)
+
+
+def end_run(run: EvalRun, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Finish the run (status, manifest with engine, template and timings); returns its summary."""
+    cfg, summary = run.cfg, run.summary
+    store = Store(cfg.db, create=False)
+    if run.pending:
+        summary["seconds"] = {k: round(v, 2) for k, v in run.seconds.items()}
+    summary["total_s"] = round(time.perf_counter() - run.t0, 2)
+    finish_run(store, cfg, run.run_id, run.problems, run.engine_info, run.template, summary)
+    counts = store.rows("stored_counts_for_run", run_id=run.run_id)
+    summary["stored_samples"] = sum(c for *_, c in counts)
+    correct = store.rows("dataset_metrics_for_run", run_id=run.run_id)
+    summary["average_at_n"] = {d: avg for d, _p, _n, avg, _pass in correct}
+    log(f"run {run.run_id}: {summary['samples_added']} samples added, {summary['stored_samples']} stored "
+        f"for {len(counts)} problems in {cfg.db} ({summary['total_s']:.0f} s)")
+    return summary
+
+
+def run_evaluation(cfg: EvalConfig, *, progress: bool = True, engine: Engine | None = None,
+                   log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The whole run in this process; returns its summary. ``engine``: a running engine serving
+    ``cfg.model`` (training lends its rollout engine; it is not closed). With ``task_runner`` other than
+    'local' the shards run here one after another (the sharded path without a task runner)."""
+    run = begin_run(cfg, log)
+    try:
+        if run.pending and cfg.task_runner != "local":
+            shards, directory = plan_shards(run, log)
+            store_shard_results(run, shards, sh.run_shards_here(cfg, run.run_id, shards, directory), progress, log)
+        elif run.pending:
+            with open_engine(run, engine, log) as (eng, pool), progress_bar(run, progress) as bar:
+                for chunk in chunked(run.pending, cfg.chunk_problems):
+                    record_chunk(run, evaluate_chunk(eng, pool, cfg, run.run_id, chunk), bar)
+    except BaseException:
+        fail_run(run)
+        raise
+    return end_run(run, log)

@@ -119,6 +119,16 @@ def run_shard(cfg, run_id: str, problems: Sequence[Problem], path: str | Path) -
             **info}
 
 
+def run_shards_here(cfg, run_id: str, shards: Sequence[Shard], directory: Path):
+    """Run shards one after another in this process; yields (shard, result or the exception), as a task
+    runner's futures do."""
+    for shard in shards:
+        try:
+            yield shard, run_shard(cfg, run_id, shard.problems, directory / f"{shard.name}.parquet")
+        except Exception as e:  # reported by the caller after the other shards are stored
+            yield shard, e
+
+
 # ─── the driver side ──────────────────────────────────────────────────────────────────────────
 
 def read_shard(path: str | Path, run_id: str):

@@ -12,6 +12,7 @@ import yaml
 
 from prl_core.config import AlgorithmConfig, ConfigError
 
+from prl.options import add_config_arguments, config_kwargs
 from prl.store.db import DEFAULT_STORE
 
 
@@ -168,3 +169,21 @@ def train_from_dict(data: dict[str, Any], *, source: str = "train") -> TrainConf
         except ValueError:
             raise ConfigError(f"{source}: lr: expected a number, got {data['lr']!r}") from None
     return TrainConfig(**data)
+
+
+OVERRIDES = ("model", "db", "run_id", "out_dir", "steps")
+"""The TrainConfig fields that `prl train` and the training script take on the command line, over the
+config file's (flags and help from the fields: one source for both)."""
+
+
+def add_run_arguments(parser) -> None:
+    """The options `prl train` and ``python -m prl.training.train`` share: the config file, --resume
+    and the :data:`OVERRIDES` (every default: the config file's)."""
+    parser.add_argument("--config", required=True, help="YAML with algorithm: and train: sections")
+    add_config_arguments(parser, TrainConfig, OVERRIDES, from_file=True, aliases={"out_dir": ("--out",)})
+    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the out directory")
+
+
+def run_config_from_args(args) -> RunConfig:
+    """The run's config: the file named by --config with the options given on the command line."""
+    return RunConfig.from_yaml(args.config, **config_kwargs(args, TrainConfig, OVERRIDES))

@@ -16,8 +16,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-
 from prl_core.config import ConfigError
 
 from prl.data import synthetic as task
@@ -92,6 +90,8 @@ def held_out_accuracy(model, tok, records, *, sampled: bool = False, batch_size:
                       seed: int = 0) -> float:
     """Fraction of ``records`` answered correctly (Math-Verify on the boxed answer): greedy decoding, or one
     sample at temperature 1 with ``sampled=True`` (seeded)."""
+    import torch
+
     tok.padding_side = "left"
     correct = 0
     torch.manual_seed(seed)
@@ -119,6 +119,7 @@ def held_out_records(cfg: SFTConfig) -> list[dict]:
 
 def run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig | None = None, *, log=print) -> dict:
     """Fine-tune ``model_dir`` on the task; save to ``out_dir`` with ``sft_report.json``."""
+    import torch  # torch and transformers load in seconds: only when a model is trained
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cfg = cfg or SFTConfig()

@@ -23,14 +23,16 @@ Departures from the paper (Yao et al. 2026, Table 6 and the authors' verl script
 5. With world size > 1 every rank runs its own rollout engine on its shard of the prompts
    (whole groups per rank, so group baselines are unchanged); metrics are averaged over ranks.
 
-Run it as ``prl train --config FILE`` (the Prefect flow ``train`` in ``flows/train.py``) or,
-for several processes, under DeepSpeed's launcher:
+Run it as ``prl train --config FILE`` (the Prefect flow ``train`` in ``flows/train.py`` launches
+this script in its own process), as ``python -m prl.training.train --config FILE`` or, for several
+processes, under DeepSpeed's launcher:
 ``deepspeed --num_gpus 2 --module prl.training.train --config FILE`` (on CPU: ``DS_ACCELERATOR=cpu``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -60,7 +62,7 @@ from prl.generation.engines.base import derive_seed
 from prl.grading.verifier import VerifierPool
 from prl.manifest import run_manifest
 from prl.store.db import Store
-from prl.training.config import RunConfig, TrainConfig
+from prl.training.config import RunConfig, TrainConfig, add_run_arguments, run_config_from_args
 
 
 class CheckpointError(RuntimeError):
@@ -256,8 +258,6 @@ class Trainer:
         self.estimator = get_estimator(self.algo.estimator)
         self.split = self.algo.step_split or "token"
         self.step_no = 0  # completed steps
-        # how each phase is called: directly, or (flows/train.py) as a Prefect task
-        self.phase_runner: Callable[..., Any] = lambda _name, fn, *args: fn(*args)
         self._pending: list[tuple[int, dict[str, float], dict[str, list]]] = []  # steps since the last checkpoint
         self.rollout_engine = None
         self.pool = None
@@ -473,17 +473,16 @@ class Trainer:
 
     def step(self) -> dict[str, float]:
         """One full step; returns the metrics written for it."""
-        phase = self.phase_runner
         t0 = time.perf_counter()
-        ro = phase("rollout", self.rollout)
+        ro = self.rollout()
         t1 = time.perf_counter()
-        r = phase("verify", self.verify, ro)
+        r = self.verify(ro)
         t2 = time.perf_counter()
-        lp = phase("logprobs", self.logprobs, r)
+        lp = self.logprobs(r)
         t3 = time.perf_counter()
         rho = self.advantages(r, lp)
         metrics = self.diagnostics(r, lp, rho)
-        metrics.update(phase("update", self.update, r, lp, rho))
+        metrics.update(self.update(r, lp, rho))
         t4 = time.perf_counter()
         self.sync_weights()
         t5 = time.perf_counter()
@@ -509,7 +508,7 @@ class Trainer:
         step = self.step_no
         self._pending.append((step, metrics, segs))
         if step % self.t.checkpoint_every == 0 or step == self.t.steps:
-            self.phase_runner("checkpoint", self.save_checkpoint)
+            self.save_checkpoint()
         if self.store is not None:
             self.write_metrics(step, metrics, segs)
 
@@ -598,7 +597,7 @@ class Trainer:
 
     # ---- 4j. evaluation of the current policy ------------------------------------------------------
 
-    def evaluate(self, evaluate_fn: Callable | None = None) -> dict[str, Any] | None:
+    def evaluate(self) -> dict[str, Any] | None:
         """Evaluate ``out/policy`` with the rollout engine through the evaluation path (rank 0)."""
         if self.rank != 0 or not self.t.eval_datasets:
             return None
@@ -607,12 +606,11 @@ class Trainer:
                          limit=self.t.eval_limit, max_tokens=self.t.max_tokens, temperature=1.0, seed=self.t.seed,
                          verifier_workers=self.t.verifier_workers, parent_run_id=self.run_id,
                          train_step=self.step_no)
-        fn = evaluate_fn or (lambda c, engine: run_evaluation(c, engine=engine, progress=False, log=self.log))
-        return fn(cfg, self.rollout_engine)
+        return run_evaluation(cfg, engine=self.rollout_engine, progress=False, log=self.log)
 
     # ---- 4k. the loop ---------------------------------------------------------------------------------
 
-    def run(self, *, resume: bool = False, evaluate_fn: Callable | None = None) -> dict[str, Any]:
+    def run(self, *, resume: bool = False) -> dict[str, Any]:
         resumed_from = None
         if resume and self.resume():
             resumed_from = self.step_no
@@ -627,9 +625,9 @@ class Trainer:
                 bar.update(1)
                 self.log(summary_line(self.step_no, m))
                 if self.t.eval_every and self.step_no % self.t.eval_every == 0 and self.step_no < self.t.steps:
-                    self.evaluate(evaluate_fn)
+                    self.evaluate()
             bar.close()
-            final_eval = self.evaluate(evaluate_fn) if self.t.eval_datasets else None
+            final_eval = self.evaluate() if self.t.eval_datasets else None
             if self.store is not None:
                 self.register_run("finished")
             return {"run_id": self.run_id, "steps": self.step_no, "resumed_from_step": resumed_from,
@@ -688,21 +686,15 @@ def _slices(n: int, size: int) -> list[slice]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m prl.training.train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", required=True)
-    ap.add_argument("--db", default=None)
-    ap.add_argument("--run-id", default=None)
-    ap.add_argument("--out", dest="out_dir", default=None)
-    ap.add_argument("--steps", type=int, default=None)
-    ap.add_argument("--resume", action="store_true")
+    add_run_arguments(ap)  # the same options as `prl train` (prl.training.config)
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # set by the deepspeed launcher
     args = ap.parse_args(argv)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    cfg = RunConfig.from_yaml(args.config, db=args.db, run_id=args.run_id, out_dir=args.out_dir, steps=args.steps)
-    import contextlib
-
+    cfg = run_config_from_args(args)
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the final JSON line
-        trainer = Trainer(cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
+        trainer = Trainer(cfg, log=lambda m: print(m, file=sys.stderr, flush=True), progress=not args.no_progress)
         try:
             result = trainer.run(resume=args.resume)
         except (CheckpointError, ConfigError) as e:  # one line for the launcher's log, no traceback
