@@ -60,7 +60,7 @@ def main(argv=None) -> dict:
     for name in BENCHMARKS:
         problems, _ = load_dataset(name, flag_raw_only=False)
         for p in problems[: args.limit]:
-            pairs += [(r, p.gold) for r in responses_for(p.gold, rng)]
+            pairs += [(r, p.gold_normalized) for r in responses_for(p.gold_normalized, rng)]
     print(f"verifying {len(pairs)} responses ({len(pairs) // 8} problems x 8)")
 
     t0 = time.perf_counter()

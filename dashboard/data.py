@@ -176,7 +176,7 @@ def problem(db: str, dataset: str, problem_id: str, run_ids: list[str]) -> tuple
     info = None
     if rows:
         d, pid, text, gold, gold_norm, meta = rows[0]
-        info = {"dataset": d, "problem_id": pid, "problem": text, "gold_raw": gold, "gold": gold_norm,
+        info = {"dataset": d, "problem_id": pid, "problem": text, "gold_raw": gold, "gold_normalized": gold_norm,
                 "meta": _json(meta)}
     return info, store.df("samples_for_problem", dataset=dataset, problem_id=problem_id, run_ids=run_ids)
 

@@ -115,7 +115,7 @@ def test_compare_sets_and_problems(db):
 
 def test_problem_failures_training_data(db):
     info, samples = data.problem(db, "amc23", "amc23/0", ["base", "prl"])
-    assert info["gold"] == "0" and info["meta"]["gold_flag"] == "raw_only" and len(samples) == 8
+    assert info["gold_normalized"] == "0" and info["meta"]["gold_flag"] == "raw_only" and len(samples) == 8
     counts = data.verdict_counts(db, ["base"]).set_index(["dataset", "verdict"])["samples"]
     assert counts[("math500", "no_answer")] == 1 and counts[("math500", "correct")] == 1
     sus = data.suspicious_passes(db, ["prl", "train-prl@step5"])

@@ -21,7 +21,7 @@ def test_bundled_benchmarks_load_with_unique_stable_ids():
         ids = [p.problem_id for p in problems]
         assert len(set(ids)) == len(ids) and all(i.startswith(name + "/") for i in ids)
         assert ids == [p.problem_id for p in load_dataset(name, flag_raw_only=False)[0]]
-        assert all(p.gold and p.problem for p in problems)
+        assert all(p.gold_normalized and p.problem for p in problems)
         total += len(problems)
     assert total == 1517
 
@@ -53,15 +53,15 @@ def test_helpers():
 
 def test_real_traps_are_normalised_and_raw_golds_kept():
     minerva, _ = load_dataset("minerva_math", flag_raw_only=False)
-    e_golds = [p for p in minerva if "\\times 10^{" in p.gold and "e" in json.loads(p.gold_raw)]
+    e_golds = [p for p in minerva if "\\times 10^{" in p.gold_normalized and "e" in json.loads(p.gold_raw)]
     assert e_golds, "minerva's e-notation golds are rewritten"
-    assert all("\\boxed" not in p.gold for p in minerva)
+    assert all("\\boxed" not in p.gold_normalized for p in minerva)
     olympiad, _ = load_dataset("olympiad_bench", flag_raw_only=False)
-    assert all(not p.gold.startswith("$") for p in olympiad)
+    assert all(not p.gold_normalized.startswith("$") for p in olympiad)
     assert all(isinstance(json.loads(p.gold_raw), list) for p in olympiad)
     assert any(p.meta.get("context_missing") for p in olympiad) or all(p.meta.get("context") for p in olympiad)
     aime, _ = load_dataset("aime24", flag_raw_only=False)
-    assert all(not p.gold.startswith("0") or p.gold == "0" for p in aime)
+    assert all(not p.gold_normalized.startswith("0") or p.gold_normalized == "0" for p in aime)
 
 
 def test_raw_only_golds_are_flagged():
@@ -92,7 +92,7 @@ def test_bad_files_name_file_line_and_field(tmp_path):
     with pytest.raises(DatasetError, match=r"mine\.jsonl:2: malformed JSON"):
         load_file(f)
     problems, skipped = load_file(f, strict=False)
-    assert [p.gold for p in problems] == ["2", "5"]
+    assert [p.gold_normalized for p in problems] == ["2", "5"]
     assert len(skipped) == 4
     assert any("mine.jsonl:3: field 'problem'" in s for s in skipped)
     assert any("mine.jsonl:4: field 'answer' is missing or empty" in s for s in skipped)
@@ -109,6 +109,6 @@ def test_parquet_and_synthetic(tmp_path):
     path = tmp_path / "p.parquet"
     duckdb.sql("SELECT 'What is 2+3?' AS problem, '5' AS answer, 7 AS id").write_parquet(str(path))
     problems, _ = load_dataset(str(path))
-    assert problems[0].problem_id == "p/7" and problems[0].gold == "5"
+    assert problems[0].problem_id == "p/7" and problems[0].gold_normalized == "5"
     synth, _ = load_dataset("synth_test")
     assert len(synth) == 400 and synth[0].meta["level"] == 1

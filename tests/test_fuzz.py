@@ -94,7 +94,7 @@ def test_loader_on_arbitrary_bytes_names_the_line_or_loads(tmp_path, lines, name
         assert strict and str(e).startswith(f"{path}:")
         return
     assert all(s.startswith(f"{path}:") for s in skipped)
-    assert all(isinstance(p.gold, str) and p.problem.strip() for p in problems)
+    assert all(isinstance(p.gold_normalized, str) and p.problem.strip() for p in problems)
 
 
 row_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | any_text,

@@ -42,7 +42,7 @@ def body() -> None:
         ui.show_text("problem", info["problem"], key=ui.key(*shown, "text"))
         c1, c2 = st.columns(2)
         with c1:
-            ui.show_text("gold (normalised, what the verifier compares with)", info["gold"], key=ui.key(*shown, "gold"))
+            ui.show_text("gold (normalised, what the verifier compares with)", info["gold_normalized"], key=ui.key(*shown, "gold"))
         with c2:
             ui.show_text("gold (raw answer field)", info["gold_raw"], key=ui.key(*shown, "gold_raw"))
         if info["meta"].get("gold_raw_only"):

@@ -1,7 +1,7 @@
 """Evaluation data: the five bundled benchmarks, the synthetic task and user files, loaded into
 one problem schema with stable ids and normalised golds (DESIGN §3).
 
-    Problem(dataset, problem_id, problem, gold, gold_raw, meta)
+    Problem(dataset, problem_id, problem, gold_normalized, gold_raw, meta)
 
 ``gold`` is what the verifier compares against; ``gold_raw`` is the field exactly as the file
 has it (JSON-encoded), kept beside it. Normalisation, per data set:
@@ -45,8 +45,10 @@ class Problem:
     dataset: str
     problem_id: str
     problem: str
-    gold: str
+    gold_normalized: str
+    """The gold answer as the verifier compares it (normalize_gold; the store's gold_normalized column)."""
     gold_raw: str
+    """The gold answer as the data set wrote it, JSON-encoded (the store's gold column)."""
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -302,12 +304,12 @@ def load_dataset(name_or_path: str, *, strict: bool = True, flag_raw_only: bool 
             f"dataset: unknown {name_or_path!r}; use one of {', '.join(DATASETS)} or a .jsonl/.parquet path"
         )
     if flag_raw_only:
-        problems = [_flagged(p, gold_flag(p.gold)) for p in problems]
+        problems = [_flagged(p, gold_flag(p.gold_normalized)) for p in problems]
     return problems, skipped
 
 
 def _flagged(p: Problem, flag: str | None) -> Problem:
     if flag is None:
         return p
-    return Problem(p.dataset, p.problem_id, p.problem, p.gold, p.gold_raw,
+    return Problem(p.dataset, p.problem_id, p.problem, p.gold_normalized, p.gold_raw,
                    {**p.meta, "gold_raw_only": True, "gold_flag": flag})

@@ -153,7 +153,7 @@ def generate_chunk(engine: Engine, problems: Sequence[Problem], sampling: Sampli
 
 def verify_chunk(pool, run_id: str, problems: Sequence[Problem], samples: Sequence) -> list[dict[str, Any]]:
     """Store rows for the samples of a chunk: verdict, extracted answer, relevance."""
-    verdicts = pool.verify([(s.text, problems[s.prompt_index].gold) for s in samples])
+    verdicts = pool.verify([(s.text, problems[s.prompt_index].gold_normalized) for s in samples])
     rows = []
     for s, v in zip(samples, verdicts):
         p = problems[s.prompt_index]

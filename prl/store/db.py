@@ -323,7 +323,7 @@ class Store:
         """Insert :class:`prl.data.datasets.Problem` rows (existing ones are kept as they are)."""
         self.execute_many("insert_problem", (
             {"dataset": p.dataset, "problem_id": p.problem_id, "problem": p.problem, "gold": p.gold_raw,
-             "gold_normalized": p.gold, "meta": p.meta} for p in problems))
+             "gold_normalized": p.gold_normalized, "meta": p.meta} for p in problems))
 
     def close(self) -> None:
         if self._mem is not None:

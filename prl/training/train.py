@@ -140,7 +140,7 @@ def load_train_problems(t: TrainConfig) -> list[dict[str, Any]]:
     if t.train_data == "synth_train":
         return [{"problem": r["problem"], "gold": r["answer"]} for r in task.generate("train", t.train_size, seed=t.seed)]
     problems, _ = load_dataset(t.train_data)
-    return [{"problem": p.problem, "gold": p.gold} for p in problems]
+    return [{"problem": p.problem, "gold": p.gold_normalized} for p in problems]
 
 
 def prompt_indices(n_problems: int, step: int, per_step: int, seed: int) -> list[int]:
