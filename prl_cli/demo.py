@@ -33,6 +33,9 @@ def main_args(args) -> int:
                              train_steps=args.train_steps,
                              eval_n=args.eval_n, synth_limit=args.synth_limit, bench_limit=args.bench_limit,
                              engine=args.engine, eval_task_runner=args.task_runner)
+    from prl import logs
+
+    logs.log_to(Path(cfg.out_dir) / "demo.log")
     with contextlib.redirect_stdout(sys.stderr):  # library chatter to stderr; the summary below to stdout
         result = pipeline(cfg, progress=not args.no_progress)
     run_summary(result)

@@ -25,6 +25,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from prl.evaluation.steps import preflight
 
     preflight(cfg)  # input errors as one line, before Prefect starts
+    from pathlib import Path
+
+    from prl import logs
+
+    logs.log_to(Path(cfg.db).parent / "logs" / f"{cfg.resolved_run_id()}.log")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.evaluate import evaluate_flow
 

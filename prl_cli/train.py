@@ -22,6 +22,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         from prl.training.train import check_fresh_start
 
         check_fresh_start(cfg.train)  # one line, before Prefect starts
+    from pathlib import Path
+
+    from prl import logs
+
+    logs.log_to(Path(cfg.train.out_dir) / "train.log")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.train import train
 

@@ -696,6 +696,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # set by the deepspeed launcher
     args = ap.parse_args(argv)
+    from prl import logs
+
+    logs.configure_from_env()  # launched by `prl demo`/`prl train`: library messages into their log file
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     cfg = RunConfig.from_yaml(args.config, db=args.db, run_id=args.run_id, out_dir=args.out_dir, steps=args.steps)

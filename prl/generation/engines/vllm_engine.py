@@ -38,11 +38,11 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from prl import logs
 from prl.generation.engines.base import (Engine, EngineError, Sample, SamplingConfig, check_weights_dir, head_dim_of, prompt_seeds,
                    response_text)
 
@@ -64,7 +64,8 @@ class PRLWorkerExtension:
         files, names = _checkpoint_files(Path(weights_path))
         # a tied head the checkpoint does not name (save_pretrained drops it) is given the embedding
         fed = {head: embed for head, embed in _tied_heads(model).items() if head not in names and embed in names}
-        self.reload_weights(weights_iterator=_checkpoint_tensors(files, fed))
+        with _WarningsOf("vllm") as warned:  # returned to the caller: the worker may be another process
+            self.reload_weights(weights_iterator=_checkpoint_tensors(files, fed))
         refreshed = []
         head = getattr(model, "lm_head", None)
         if (head is not None and hasattr(head, "cpu_linear") and hasattr(head, "quant_method")
@@ -75,7 +76,27 @@ class PRLWorkerExtension:
                 head.quant_method.process_weights_after_loading(head)
             refreshed.append("lm_head")
         return {"seconds": time.perf_counter() - t0, "refreshed": refreshed, "derived_buffers": sorted(derived),
-                "tied_heads_fed": sorted(fed)}
+                "tied_heads_fed": sorted(fed), "warnings": warned.messages}
+
+
+class _WarningsOf(logging.Handler):
+    """Collects ``name: message`` of the WARNING+ records a logger tree emits inside the block (they
+    are still logged as usual)."""
+
+    def __init__(self, logger: str) -> None:
+        super().__init__(logging.WARNING)
+        self.logger = logging.getLogger(logger)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(f"{record.name}: {record.getMessage()}")
+
+    def __enter__(self) -> "_WarningsOf":
+        self.logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.logger.removeHandler(self)
 
 
 def _mark_derived_buffers(model) -> set[str]:
@@ -180,19 +201,20 @@ def _is_cpu_platform() -> bool:
 
 
 def _vllm_logging() -> None:
-    """Keep vLLM from reconfiguring the process's logging; give its logger one stderr handler instead.
+    """Keep vLLM from reconfiguring the process's logging; give its logger one handler of ours instead.
 
     vLLM applies ``logging.config.dictConfig`` when an ``LLM`` starts, and dictConfig flushes and closes
     every existing handler while holding logging's module lock. Inside a Prefect flow one of them is
     Prefect's API log handler, whose flush waits for a worker thread that needs that same lock: the
     process deadlocked, idle, at the demo's third evaluation. With ``VLLM_CONFIGURE_LOGGING=0`` (set
-    before the first engine; vLLM caches its environment) nothing is reconfigured.
+    before the first engine; vLLM caches its environment) nothing is reconfigured. The handler
+    (:class:`prl.logs.RoutedHandler`) sends vLLM's records to the run's log file when ``prl`` set one
+    up (:func:`prl.logs.configure`), else to stderr.
     """
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     log = logging.getLogger("vllm")
     if not any(getattr(h, "_prl_vllm", False) for h in log.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler = logs.RoutedHandler()
         handler._prl_vllm = True  # type: ignore[attr-defined]
         log.addHandler(handler)
         log.propagate = False
@@ -213,8 +235,9 @@ class VLLMEngine(Engine):
                          logprobs_mode=logprobs_mode, require_chat_template=require_chat_template)
         _vllm_logging()
         try:
-            import vllm
-            from vllm import LLM
+            with logs.stderr_to_log():  # torch's kernel re-registration warnings are C++ prints at import
+                import vllm
+                from vllm import LLM
         except ImportError as e:
             raise EngineError(f"engine 'vllm' is not available ({e}); install the 'cpu' or 'gpu' extra, "
                               "or use engine 'hf' (transformers.generate)") from e
@@ -248,6 +271,7 @@ class VLLMEngine(Engine):
             logprobs_mode="processed_logprobs" if logprobs_mode == "processed" else "raw_logprobs",
             worker_extension_cls=f"{__name__}.PRLWorkerExtension",
             disable_log_stats=True,
+            use_tqdm_on_load=not logs.quiet(),  # the weight-loading bar is vLLM's, not our progress
         )
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
@@ -259,7 +283,10 @@ class VLLMEngine(Engine):
         if self.in_process:
             os.environ[_MP_ENV] = "0"  # read while the engine is built, not afterwards
         try:
-            self.llm = LLM(**kwargs)
+            # C++ warnings (NUMA binding, kernel registration) and a separate engine core's whole
+            # stderr bypass logging: into the run's log file when there is one (prl.logs)
+            with logs.stderr_to_log():
+                self.llm = LLM(**kwargs)
         except Exception as e:
             msg = str(e)
             hint = ""
@@ -349,13 +376,16 @@ class VLLMEngine(Engine):
         return samples
 
     def update_weights(self, model_dir: str | Path) -> None:
-        """Load ``save_pretrained`` weights from ``model_dir`` into the running engine (no restart)."""
+        """Load ``save_pretrained`` weights from ``model_dir`` into the running engine (no restart).
+
+        ``last_reload``: what each worker reported (seconds, layers re-packed, the warnings vLLM logged
+        during the reload: none expected)."""
         self._require_open()
         path = check_weights_dir(model_dir, self.config).resolve()
         if next(path.glob("*.safetensors"), None) is None:
             raise EngineError(f"{model_dir}: vLLM reloads *.safetensors; save with model.save_pretrained(DIR) "
                               "(safe_serialization is the default)")
-        self.llm.collective_rpc("prl_reload_weights", args=(str(path),))
+        self.last_reload = self.llm.collective_rpc("prl_reload_weights", args=(str(path),))  # one dict per worker
         # KV blocks cached for earlier prompts were computed with the old weights.
         self.llm.reset_prefix_cache()
         self.weights_path = path
