@@ -22,6 +22,7 @@ from flows.config import PipelineConfig, small
 
 from prl.evaluation.config import TASK_RUNNERS
 from prl.generation.engines.base import ENGINE_KINDS
+from prl import logs
 from prl.options import add_config_arguments, config_kwargs
 
 
@@ -47,6 +48,7 @@ def main_args(args) -> int:
     from flows.pipeline import pipeline  # prefect: imported when the command runs
 
     cfg = demo_config(args)
+    logs.log_to(Path(cfg.out_dir) / "demo.log")
     with contextlib.redirect_stdout(sys.stderr):  # library chatter to stderr; the summary below to stdout
         result = pipeline(cfg, progress=not args.no_progress)
     run_summary(result)

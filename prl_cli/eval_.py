@@ -11,6 +11,7 @@ import sys
 from prl.evaluation.config import TASK_RUNNERS, EvalConfig
 from prl.evaluation.steps import preflight
 from prl.generation.engines.base import ENGINE_KINDS
+from prl import logs
 from prl.options import add_config_arguments, config_kwargs
 
 
@@ -23,6 +24,9 @@ OPTIONS = ("model", "datasets", "n", "db", "run_id", "engine", "limit", "max_tok
 def _cmd_eval(args: argparse.Namespace) -> int:
     cfg = EvalConfig(**config_kwargs(args, EvalConfig, OPTIONS))
     preflight(cfg)  # input errors as one line, before Prefect starts
+    from pathlib import Path
+
+    logs.log_to(Path(cfg.db).parent / "logs" / f"{cfg.resolved_run_id()}.log")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.evaluate import evaluate_flow
 

@@ -36,6 +36,10 @@ COMMANDS = ("selfcheck", "config", "data", "model", "generate", "verify", "sql",
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="prl", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show library warnings and engine messages (vLLM, torch, transformers, DeepSpeed, "
+                             "Prefect) on the console too; by default eval, train and demo write them to the "
+                             "run's log file")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"prl_cli.{'eval_' if name == 'eval' else name}").register(sub)
@@ -55,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    from prl import logs
+
+    logs.configure(None, verbose=args.verbose)  # commands with a run directory add its log file (logs.log_to)
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -64,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         if _is_user_error(e):
             print(f"error: {e}", file=sys.stderr)
             return 2
+        if logs.current_log_file() is not None:
+            print(f"(library messages of this run: {logs.current_log_file()})", file=sys.stderr)
         raise
+    finally:
+        logs.reset()
 
 
 def _is_user_error(e: Exception) -> bool:

@@ -9,6 +9,7 @@ import os
 import sys
 
 from prl.generation.engines.base import check_model_dir
+from prl import logs
 from prl.training.config import add_run_arguments, run_config_from_args
 
 
@@ -20,6 +21,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     check_model_dir(cfg.train.model)
     if not args.resume:
         check_fresh_start(cfg.train)  # one line, before Prefect starts
+    from pathlib import Path
+
+    logs.log_to(Path(cfg.train.out_dir) / "train.log")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.train import train
 

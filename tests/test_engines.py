@@ -562,3 +562,14 @@ class TestVLLM:
         assert vllm.info()["weight_updates"] == 1
         vllm.update_weights(tiny)  # and back: the original outputs return
         assert [s.token_ids for s in vllm.generate(prompts, greedy)] == [s.token_ids for s in before]
+
+    def test_update_weights_logs_no_warning(self, vllm, tiny, perturbed):
+        """vLLM's layerwise reload warned "RotaryEmbedding: Failed to load weights" (a computed rope cache
+        counted as loadable) and "ParallelLMHead: Failed to load weights" (the tied head, given no tensor)
+        at every training step (issue 14). The worker captures vLLM's logger during the reload."""
+        for weights in (perturbed, tiny):
+            vllm.update_weights(weights)
+            [report] = vllm.last_reload  # one worker
+            assert report["warnings"] == [], report["warnings"]
+            assert report["tied_heads_fed"] == ["lm_head.weight"] and "cos_sin_cache" in report["derived_buffers"]
+            assert report["refreshed"] == []  # the reload itself re-packed the tied head

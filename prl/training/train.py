@@ -53,6 +53,7 @@ from prl_core.estimators import compute_advantages, get_estimator
 from prl_core.losses import kl_penalty, masked_mean, ppo_clip_loss, sft_loss, token_entropy
 from prl_core.steps import parse_split, step_boundaries
 
+from prl import logs
 from prl.data import synthetic as task
 from prl.data.datasets import load_dataset
 from prl.evaluation.config import EvalConfig
@@ -690,6 +691,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # set by the deepspeed launcher
     args = ap.parse_args(argv)
+    logs.configure_from_env()  # launched by `prl demo`/`prl train`: library messages into their log file
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     cfg = run_config_from_args(args)

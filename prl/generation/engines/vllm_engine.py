@@ -15,11 +15,14 @@ Batched over all prompts × n samples in one ``LLM.generate`` call. Facts this c
   different samples; the batch composition at each step, and so the order in which random
   numbers are drawn, is not fixed). So: per-request seeds (one per prompt, ``base.prompt_seeds``) with chunked prefill
   disabled on CPU, where every prefill then runs whole.
-* In-place weight update: ``collective_rpc("reload_weights", weights_path=DIR)``. On the CPU
-  build a *tied* LM head (``tie_word_embeddings``: Llama-3.2, Qwen2.5-1.5B, the embedded tiny
-  model) keeps its pre-packed oneDNN copy of the old embedding, so logits stay stale; the
-  extension re-packs the head after the reload. The prefix cache holds KV computed with the
-  old weights and is reset too.
+* In-place weight update: the worker extension calls vLLM's ``reload_weights`` with the
+  directory's safetensors tensors. Its layerwise reload warned "RotaryEmbedding: Failed to load
+  weights" (the rope cache is a computed buffer, counted as loadable) and "ParallelLMHead: Failed
+  to load weights" (a *tied* head, ``tie_word_embeddings``: Llama-3.2, Qwen2.5-1.5B, the embedded
+  tiny model, gets no tensor of its own; on the CPU build it also kept its pre-packed oneDNN copy
+  of the old embedding, so logits stayed stale). The extension marks computed buffers as never
+  loaded and feeds the embedding to the tied head too; it still re-packs the head afterwards. The
+  prefix cache holds KV computed with the old weights and is reset too.
 * ``in_process=True`` builds the engine core and the model in the calling process
   (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` while it starts): on 2 CPU cores it starts in ~2 s
   instead of ~16 s and generates 1.35-1.6x faster (bench/notes/generation.md; no engine-core
@@ -35,11 +38,11 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from prl import logs
 from prl.generation.engines.base import (Engine, EngineError, Sample, SamplingConfig, check_weights_dir, head_dim_of, prompt_seeds,
                    response_text)
 
@@ -56,18 +59,129 @@ class PRLWorkerExtension:
         import torch
 
         t0 = time.perf_counter()
-        self.reload_weights(weights_path=weights_path)
-        refreshed = []
         model = self.model_runner.get_model()
+        derived = _mark_derived_buffers(model)
+        files, names = _checkpoint_files(Path(weights_path))
+        # a tied head the checkpoint does not name (save_pretrained drops it) is given the embedding
+        fed = {head: embed for head, embed in _tied_heads(model).items() if head not in names and embed in names}
+        with _WarningsOf("vllm") as warned:  # returned to the caller: the worker may be another process
+            self.reload_weights(weights_iterator=_checkpoint_tensors(files, fed))
+        refreshed = []
         head = getattr(model, "lm_head", None)
-        if head is not None and hasattr(head, "cpu_linear") and hasattr(head, "quant_method"):
-            # CPU GEMM dispatch packs the LM head's weight once. A tied head (tie_word_embeddings)
-            # loads no checkpoint tensor of its own, so the reload never re-packs it and it keeps
-            # computing logits with the *old* embedding. Re-pack it from the (updated) weight.
+        if (head is not None and hasattr(head, "cpu_linear") and hasattr(head, "quant_method")
+                and "lm_head.weight" not in fed and "lm_head.weight" not in names):
+            # CPU GEMM dispatch packs the LM head's weight once; a tied head the reload did not load
+            # would keep computing logits with the *old* embedding. Re-pack it from the updated weight.
             with torch.no_grad():
                 head.quant_method.process_weights_after_loading(head)
             refreshed.append("lm_head")
-        return {"seconds": time.perf_counter() - t0, "refreshed": refreshed}
+        return {"seconds": time.perf_counter() - t0, "refreshed": refreshed, "derived_buffers": sorted(derived),
+                "tied_heads_fed": sorted(fed), "warnings": warned.messages}
+
+
+class _WarningsOf(logging.Handler):
+    """Collects ``name: message`` of the WARNING+ records a logger tree emits inside the block (they
+    are still logged as usual)."""
+
+    def __init__(self, logger: str) -> None:
+        super().__init__(logging.WARNING)
+        self.logger = logging.getLogger(logger)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(f"{record.name}: {record.getMessage()}")
+
+    def __enter__(self) -> "_WarningsOf":
+        self.logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.logger.removeHandler(self)
+
+
+def _mark_derived_buffers(model) -> set[str]:
+    """Tell vLLM's layerwise reload not to wait for tensors no checkpoint holds.
+
+    ``reload_weights`` counts every parameter and buffer of a layer as loadable and warns
+    "<Layer>: Failed to load weights" for a layer that received none. A rotary embedding holds only
+    ``cos_sin_cache``, a non-persistent buffer computed from the config (never in a state dict), so it
+    warned at every reload although nothing was missing (the cache is put back unchanged). vLLM keeps
+    the names of such never-loaded tensors in ``SKIP_LOAD_TENSORS`` (upstream adds to it the same way,
+    e.g. ``e_score_correction_bias``); add the buffers of every layer that has no parameters and only
+    non-persistent buffers, unless the name is a loadable tensor elsewhere in the model.
+    """
+    try:
+        from vllm.model_executor.model_loader.reload.meta import SKIP_LOAD_TENSORS
+    except ImportError:  # another vLLM layout: reloads still work, the warning may return
+        return set()
+    derived: set[str] = set()
+    loadable: set[str] = set()
+    for module in model.modules():
+        params = [n for n, p in module._parameters.items() if p is not None]
+        buffers = [n for n, b in module._buffers.items() if b is not None]
+        persistent = [n for n in buffers if n not in module._non_persistent_buffers_set]
+        loadable.update(params, persistent)
+        if buffers and not params and not persistent:
+            derived.update(buffers)
+    derived -= loadable
+    SKIP_LOAD_TENSORS.update(derived)
+    return derived
+
+
+def _tied_heads(model) -> dict[str, str]:
+    """``{head parameter: embedding parameter}`` for LM heads that share the embedding's weight."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    first: dict[int, str] = {}
+    tied: dict[str, str] = {}
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        if isinstance(module, VocabParallelEmbedding):
+            for name, param in module.named_parameters(remove_duplicate=False):
+                qualname = f"{prefix}.{name}" if prefix else name
+                if first.setdefault(id(param), qualname) != qualname:
+                    tied[qualname] = first[id(param)]
+    return tied
+
+
+def _checkpoint_files(path: Path) -> tuple[list[Path], set[str]]:
+    """The ``*.safetensors`` files of a weights directory (the index's, when there is one) and the
+    tensor names they hold."""
+    import json
+
+    from safetensors import safe_open
+
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted({path / f for f in json.loads(index.read_text())["weight_map"].values()})
+    else:
+        files = sorted(path.glob("*.safetensors"))
+    names: set[str] = set()
+    for f in files:
+        with safe_open(str(f), framework="pt", device="cpu") as st:
+            names.update(st.keys())
+    return files, names
+
+
+def _checkpoint_tensors(files: list[Path], fed: dict[str, str]):
+    """``(name, tensor)`` of every tensor in ``files``; each embedding in ``fed``'s values again under
+    its tied head's name, right after it.
+
+    During a layerwise reload vLLM restores every layer on its own meta tensors, so a tied head is a
+    layer of its own: given no tensor it warned "ParallelLMHead: Failed to load weights" and kept its
+    old CPU-packed copy; given the embedding it is loaded and re-packed like every other layer (both
+    write the same values into the one shared parameter). Reading the files here also keeps vLLM's
+    per-reload "Loading safetensors checkpoint shards" progress bar off the console.
+    """
+    from safetensors import safe_open
+
+    heads = {embed: head for head, embed in fed.items()}
+    for f in files:
+        with safe_open(str(f), framework="pt", device="cpu") as st:
+            for name in st.keys():
+                tensor = st.get_tensor(name)
+                yield name, tensor
+                if name in heads:
+                    yield heads[name], tensor
 
 
 def _sampled_logprobs(lps, token_ids: list[int]) -> list[float]:
@@ -87,19 +201,20 @@ def _is_cpu_platform() -> bool:
 
 
 def _vllm_logging() -> None:
-    """Keep vLLM from reconfiguring the process's logging; give its logger one stderr handler instead.
+    """Keep vLLM from reconfiguring the process's logging; give its logger one handler of ours instead.
 
     vLLM applies ``logging.config.dictConfig`` when an ``LLM`` starts, and dictConfig flushes and closes
     every existing handler while holding logging's module lock. Inside a Prefect flow one of them is
     Prefect's API log handler, whose flush waits for a worker thread that needs that same lock: the
     process deadlocked, idle, at the demo's third evaluation. With ``VLLM_CONFIGURE_LOGGING=0`` (set
-    before the first engine; vLLM caches its environment) nothing is reconfigured.
+    before the first engine; vLLM caches its environment) nothing is reconfigured. The handler
+    (:class:`prl.logs.RoutedHandler`) sends vLLM's records to the run's log file when ``prl`` set one
+    up (:func:`prl.logs.configure`), else to stderr.
     """
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     log = logging.getLogger("vllm")
     if not any(getattr(h, "_prl_vllm", False) for h in log.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler = logs.RoutedHandler()
         handler._prl_vllm = True  # type: ignore[attr-defined]
         log.addHandler(handler)
         log.propagate = False
@@ -120,8 +235,9 @@ class VLLMEngine(Engine):
                          logprobs_mode=logprobs_mode, require_chat_template=require_chat_template)
         _vllm_logging()
         try:
-            import vllm
-            from vllm import LLM
+            with logs.stderr_to_log():  # torch's kernel re-registration warnings are C++ prints at import
+                import vllm
+                from vllm import LLM
         except ImportError as e:
             raise EngineError(f"engine 'vllm' is not available ({e}); install the 'cpu' or 'gpu' extra, "
                               "or use engine 'hf' (transformers.generate)") from e
@@ -155,6 +271,7 @@ class VLLMEngine(Engine):
             logprobs_mode="processed_logprobs" if logprobs_mode == "processed" else "raw_logprobs",
             worker_extension_cls=f"{__name__}.PRLWorkerExtension",
             disable_log_stats=True,
+            use_tqdm_on_load=not logs.quiet(),  # the weight-loading bar is vLLM's, not our progress
         )
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
@@ -166,7 +283,10 @@ class VLLMEngine(Engine):
         if self.in_process:
             os.environ[_MP_ENV] = "0"  # read while the engine is built, not afterwards
         try:
-            self.llm = LLM(**kwargs)
+            # C++ warnings (NUMA binding, kernel registration) and a separate engine core's whole
+            # stderr bypass logging: into the run's log file when there is one (prl.logs)
+            with logs.stderr_to_log():
+                self.llm = LLM(**kwargs)
         except Exception as e:
             msg = str(e)
             hint = ""
@@ -256,13 +376,16 @@ class VLLMEngine(Engine):
         return samples
 
     def update_weights(self, model_dir: str | Path) -> None:
-        """Load ``save_pretrained`` weights from ``model_dir`` into the running engine (no restart)."""
+        """Load ``save_pretrained`` weights from ``model_dir`` into the running engine (no restart).
+
+        ``last_reload``: what each worker reported (seconds, layers re-packed, the warnings vLLM logged
+        during the reload: none expected)."""
         self._require_open()
         path = check_weights_dir(model_dir, self.config).resolve()
         if next(path.glob("*.safetensors"), None) is None:
             raise EngineError(f"{model_dir}: vLLM reloads *.safetensors; save with model.save_pretrained(DIR) "
                               "(safe_serialization is the default)")
-        self.llm.collective_rpc("prl_reload_weights", args=(str(path),))
+        self.last_reload = self.llm.collective_rpc("prl_reload_weights", args=(str(path),))  # one dict per worker
         # KV blocks cached for earlier prompts were computed with the old weights.
         self.llm.reset_prefix_cache()
         self.weights_path = path
