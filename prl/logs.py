@@ -335,9 +335,10 @@ def reroute_library_handlers() -> int:
 def _import_quietly() -> None:
     """Import torch and transformers' logging now (``prl eval``/``train``/``demo`` need both anyway), so
     that their loggers exist to be rerouted and their import-time warnings reach the log file."""
-    for module in ("torch", "transformers.utils.logging"):
-        with contextlib.suppress(Exception):
-            __import__(module)
+    with contextlib.suppress(Exception):
+        import torch  # noqa: F401
+    with contextlib.suppress(Exception):
+        import transformers.utils.logging  # noqa: F401
 
 
 def _no_library_progress_bars(st: _State) -> None:

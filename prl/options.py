@@ -15,6 +15,7 @@ import ast
 import dataclasses
 import inspect
 import textwrap
+import types
 import typing
 from functools import cache
 from typing import Any, Sequence
@@ -37,7 +38,7 @@ def field_docs(cls: type) -> dict[str, str]:
 def _base_type(annotation: Any) -> tuple[type, bool]:
     """(element type, is a sequence) of a field annotation: int, float, str, bool, X | None, tuple[str, ...]."""
     origin = typing.get_origin(annotation)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         return _base_type(args[0])
     if origin in (tuple, list):
