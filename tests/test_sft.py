@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from prl.manifest import MANIFEST_KEYS
 from prl.training.sft import SFTConfig, held_out_accuracy, held_out_records
 
 pytestmark = pytest.mark.e2e
@@ -41,8 +42,11 @@ def test_saved_and_reloaded_model_keeps_its_accuracy(warm):
 def test_report_records_what_reproduces_the_run(warm):
     _, report = warm
     assert report["config"]["seed"] == CFG.seed and report["config"]["steps"] == CFG.steps
-    assert report["packages"]["torch"] and report["packages"]["transformers"]
-    assert len(report["git"]["commit"] or "") in (0, 40)
+    manifest = report["manifest"]
+    assert set(MANIFEST_KEYS) <= set(manifest) and manifest["kind"] == "sft" and manifest["seed"] == CFG.seed
+    assert manifest["packages"]["torch"] and manifest["packages"]["transformers"]
+    assert len(manifest["git"]["commit"] or "") in (0, 40)
+    assert manifest["machine"]["torch_threads"] and manifest["machine"]["torch_cpu_capability"]
 
 
 def test_direct_frac_writes_that_share_of_solutions_without_the_working(tiny_model_dir):

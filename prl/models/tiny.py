@@ -91,7 +91,11 @@ def _render_without_tokenizer(problem: str) -> str:
 def build_tiny(out_dir: str | Path, *, seed: int = 0, spec: TinyModelSpec | None = None) -> Path:
     """Build tokenizer + randomly initialised model into ``out_dir`` (a standard HF directory).
 
-    Same seed and spec → byte-identical files.
+    Same seed and spec → byte-identical files on one machine, and across x86-64 CPUs whose torch CPU
+    capability is AVX2 or AVX512 (measured: the same hashes natively on AVX512 and under
+    ``ATEN_CPU_CAPABILITY=avx2``). Without torch's vector kernels (``ATEN_CPU_CAPABILITY=default``;
+    builds for other CPUs may differ too) a third of the weights differ in the last bits: ``normal_``'s
+    scalar and vectorised paths round differently (docs/reproducibility.md).
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch

@@ -80,8 +80,9 @@ class TrainConfig:
     """Rollouts per step whose per-segment S and ρ go to prl_segments."""
     verifier_workers: int = 1
     """Math-Verify worker processes."""
-    threads: int | None = None
-    """torch threads for the trainer (None: torch's default)."""
+    threads: int | None = 2
+    """torch threads for the trainer (fixed, so that results do not depend on the machine's core count:
+    docs/reproducibility.md; None: torch's default, one per core)."""
 
     def validate(self, algo: AlgorithmConfig, world_size: int = 1) -> None:
         def fail(name: str, msg: str) -> None:

@@ -16,6 +16,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from prl_core.config import ConfigError
 
 from prl.data import synthetic as task
@@ -51,13 +54,20 @@ class SFTConfig:
     which the tiny model gets wrong on multi-step problems: RL has something to learn (show the working)."""
     seed: int = 0
     """Seed for data order, initialisation-independent sampling and evaluation."""
+    threads: int = 2
+    """torch (and MKL/OpenMP) threads for the run, restored afterwards; 0 leaves torch's default (the
+    number of cores). Fixed by default because the thread count changes the results in the last bits
+    (MKL splits each matrix product's sums by thread), and those bits grow over training: measured in
+    docs/reproducibility.md. 2 is what torch picks on the 2-core reference machine, so results there are
+    unchanged; a machine with more cores now gets the reference machine's results (on the same CPU
+    capability) instead of its own. Recorded as ``manifest.machine.torch_threads``."""
 
     def __post_init__(self):
         if not 0.0 <= self.direct_frac < 1.0:
             raise ConfigError(f"direct_frac: expected a fraction in [0, 1) (the share of solutions without the "
                               f"working), got {self.direct_frac}")
-    threads: int = 0
-    """torch threads (0: leave torch's default)."""
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
+            raise ConfigError(f"threads: expected an integer >= 0 (0: torch's default), got {self.threads!r}")
 
 
 def _examples(tok, records, direct_frac: float = 0.0, seed: int = 0):
@@ -90,7 +100,6 @@ def held_out_accuracy(model, tok, records, *, sampled: bool = False, batch_size:
                       seed: int = 0) -> float:
     """Fraction of ``records`` answered correctly (Math-Verify on the boxed answer): greedy decoding, or one
     sample at temperature 1 with ``sampled=True`` (seeded)."""
-    import torch
 
     tok.padding_side = "left"
     correct = 0
@@ -118,13 +127,23 @@ def held_out_records(cfg: SFTConfig) -> list[dict]:
 
 
 def run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig | None = None, *, log=print) -> dict:
-    """Fine-tune ``model_dir`` on the task; save to ``out_dir`` with ``sft_report.json``."""
-    import torch  # torch and transformers load in seconds: only when a model is trained
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Fine-tune ``model_dir`` on the task; save to ``out_dir`` with ``sft_report.json``.
 
+    Bit-reproducible on one machine: same seed, config, packages, CPU capability
+    (``torch.backends.cpu.get_cpu_capability()``) and thread count give identical weights, losses
+    and accuracies. Across machines only the conclusions are (docs/reproducibility.md).
+    """
     cfg = cfg or SFTConfig()
+    threads_before = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    try:
+        return _run_sft(model_dir, out_dir, cfg, log)
+    finally:
+        torch.set_num_threads(threads_before)  # the caller's process keeps its own setting
+
+
+def _run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, log) -> dict:
     torch.manual_seed(cfg.seed)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
@@ -183,6 +202,7 @@ def run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig | None = 
     report = {
         "base_model": str(model_dir), "config": asdict(cfg), "steps": step, "train_seconds": train_s,
         "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
+        "losses": losses,
         "eval_problems": len(eval_records),
         "accuracy_before_greedy": before, "accuracy_after_greedy": after, "accuracy_after_sampled": sampled,
         "manifest": run_manifest("sft", config=asdict(cfg), seed=cfg.seed),
