@@ -41,7 +41,7 @@ def register(sub) -> None:
         help="build the tiny model from a seed",
         description="Train a byte-level BPE tokenizer on the synthetic task, add a chat template, and initialise a "
         "small Llama-architecture model (4 layers, hidden 128, head_dim 32) from --seed; save a standard Hugging "
-        "Face directory that transformers, vLLM and DeepSpeed load. Same seed -> byte-identical files. "
+        "Face directory that transformers, vLLM and DeepSpeed load. Same seed -> byte-identical files (any x86-64 CPU with AVX2 or AVX-512). "
         "Example: prl model build-tiny --out models/tiny",
     )
     m.add_argument("--out", required=True, help="output directory")
