@@ -37,3 +37,13 @@ def kill_when(cmd: list[str], ready: Callable[[], bool], *, cwd: Path, env: dict
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def listening_addresses(pid: int) -> set[tuple[str, int]]:
+    """The (address, port) of every TCP socket listening in process ``pid`` and its children, as the
+    kernel reports them (psutil reads /proc/net/tcp and tcp6)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    return {(c.laddr.ip, c.laddr.port) for p in (root, *root.children(recursive=True))
+            for c in p.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}

@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_seed import REPEATED, SCRIPT, add_repeating_run, seed  # noqa: E402
+from procs import listening_addresses  # noqa: E402
 
 from dashboard import charts, data  # noqa: E402
 
@@ -399,8 +400,11 @@ def test_real_browser_renders_every_page(db):
                 break
             except OSError:
                 time.sleep(0.5)
+        # bound to 127.0.0.1 by default: the kernel's socket table shows that one listening address (it
+        # does on a machine without a LAN address too) ...
+        assert listening_addresses(server.pid) == {("127.0.0.1", port)}
         lan = _lan_ip()
-        if lan:  # bound to 127.0.0.1 by default: unreachable on the machine's other address
+        if lan:  # ... and where the machine has another address, the dashboard is unreachable on it
             with pytest.raises(OSError):
                 socket.create_connection((lan, port), timeout=2).close()
         expect = {"": "Runs", "scores": "Scores", "compare": "Compare two runs", "problem": "Problem",

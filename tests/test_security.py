@@ -1,8 +1,8 @@
 """Security (DESIGN §7): untrusted text never executes, limits hold, the read-only SQL cannot be escaped.
 
-The SQL guard's basic refusals are in test_sql_cli.py and the dashboard's escaping and
-127.0.0.1 binding in test_dashboard.py (real browser); this file adds the bypass attempts and
-the checks that span modules.
+The SQL guard's basic refusals are in test_sql_cli.py and the dashboard's escaping in
+test_dashboard.py (real browser); this file adds the bypass attempts, the running dashboard's
+listening sockets (127.0.0.1 only) and the checks that span modules.
 """
 
 from __future__ import annotations
@@ -168,3 +168,42 @@ def test_dashboard_binds_to_localhost_unless_told(monkeypatch):
     cli.main(["dashboard", "--db", "x.duckdb"])
     cmd = seen["cmd"]
     assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
+
+
+def test_the_running_dashboard_listens_on_127_0_0_1_only(tmp_path):
+    """The server `prl dashboard` starts holds one listening socket: 127.0.0.1, not 0.0.0.0 nor ::, read from
+    the kernel's socket table for its process, whatever addresses the machine has."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from procs import listening_addresses
+
+    with socket.socket() as probe:  # the check reads real bindings: another loopback address shows as itself
+        probe.bind(("127.0.0.2", 0))
+        probe.listen()
+        assert ("127.0.0.2", probe.getsockname()[1]) in listening_addresses(os.getpid())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "prl_cli", "dashboard", "--db", str(tmp_path / "none.duckdb"),
+                               "--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, f"the dashboard exited with {server.returncode}"
+            if listening_addresses(server.pid):
+                break
+            assert time.monotonic() < deadline, "the dashboard did not start listening in 120 s"
+            time.sleep(0.25)
+        time.sleep(1.0)  # a server binding more than one address would have done so by now
+        assert listening_addresses(server.pid) == {("127.0.0.1", port)}
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()

@@ -267,12 +267,18 @@ def test_sigkill_mid_run_then_resume(warm_model, tmp_path):
 
 @pytest.mark.e2e
 def test_world_size_two_under_the_deepspeed_launcher(warm_model, tmp_path):
+    """Two ranks under `deepspeed --num_gpus 2`: each trains on its own rollouts, and after every update
+    both hold the same parameters (gradients all-reduced), which are the weights the trainer saves."""
+    from ws2_probe import param_digests
+
     model, _ = warm_model
     cfg = _config(model, tmp_path, "ws2", {"estimator": "prl", "eta": 10, "step_split": "fixed:8", "n_samples": 4},
                   steps=2, prompts_per_step=4, mini_batch_size=8, micro_batch_size=4)
-    env = {**_clean_env(), "DS_ACCELERATOR": "cpu"}
+    # the probe (the trainer's command line, recording each rank's parameters) imports this checkout's code
+    env = {**_clean_env(), "DS_ACCELERATOR": "cpu",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     launcher = str(Path(sys.executable).parent / "deepspeed")
-    r = subprocess.run([launcher, "--num_gpus", "2", "--master_port", "29517", "--module", "prl.training.train",
+    r = subprocess.run([launcher, "--num_gpus", "2", "--master_port", "29517", str(ROOT / "tests" / "ws2_probe.py"),
                         "--config", str(cfg)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     db = str(tmp_path / "store.duckdb")
@@ -280,3 +286,17 @@ def test_world_size_two_under_the_deepspeed_launcher(warm_model, tmp_path):
     assert sorted(metrics) == [1, 2] and all(METRIC_NAMES_PPO <= set(m) for m in metrics.values())
     manifest = json.loads(Store(db, create=False).rows("get_run", run_id="ws2")[0][6])
     assert manifest["world_size"] == 2
+    # some update had a non-zero (all-reduced) gradient: unsynchronised ranks would then have drifted apart
+    assert any(m["actor/grad_norm"] > 0 for m in metrics.values())
+    ranks = [json.loads((tmp_path / "ws2" / "ranks" / f"rank{k}.json").read_text()) for k in (0, 1)]
+    assert [[(u["step"], u["rank"], u["world"]) for u in rk] for rk in ranks] == [[(1, k, 2), (2, k, 2)] for k in (0, 1)]
+    for u0, u1 in zip(*ranks):
+        assert u0["rollouts"] != u1["rollouts"], "the ranks trained on the same rollouts: the check proves nothing"
+        moved = [n for n in u0["after"] if u0["after"][n] != u0["before"][n]]
+        assert moved, f"step {u0['step']}: the update left every parameter unchanged"
+        assert u0["before"] == u1["before"], f"step {u0['step']}: the ranks started the update apart"
+        differ = [n for n in u0["after"] if u0["after"][n] != u1["after"].get(n)]
+        assert not differ and u0["after"].keys() == u1["after"].keys(), \
+            f"step {u0['step']}: {len(differ)} of {len(u0['after'])} parameters differ between the ranks, e.g. {differ[:3]}"
+    # the weights the trainer saved (rank 0's) are the ones both ranks hold after the last update
+    assert param_digests(_weights(tmp_path / "ws2" / "policy").items()) == ranks[1][-1]["after"]
