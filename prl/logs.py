@@ -53,6 +53,7 @@ class _State:
         self.console: logging.Handler | None = None
         self.file: logging.Handler | None = None
         self.removed_root_handlers: list[logging.Handler] = []
+        self.root_handlers_before: list[logging.Handler] = []
         self.captured_warnings_before = False
         self.hf_progress_before: bool | None = None
         self.rerouted: list[logging.Handler] = []
@@ -195,6 +196,7 @@ def configure(log_file: str | Path | None = None, verbose: bool = False) -> Path
     root = logging.getLogger()
     if _state is None:
         st = _State(verbose)
+        st.root_handlers_before = list(root.handlers)
         for h in list(root.handlers):  # a console handler already there (Prefect's) would print it all again
             if _is_console_handler(h):
                 root.removeHandler(h)
@@ -276,8 +278,8 @@ def reset() -> None:
         if h is not None:
             root.removeHandler(h)
             h.close()
-    for h in st.removed_root_handlers:
-        root.addHandler(h)
+    added_since = [h for h in root.handlers if h not in st.root_handlers_before]
+    root.handlers[:] = [*st.root_handlers_before, *added_since]  # the handlers as they were, in their order
     if not st.captured_warnings_before:
         logging.captureWarnings(False)
     logging.getLogger(_DEEPSPEED_LOGGER).removeFilter(_REROUTE)
