@@ -308,31 +308,21 @@ def equivalent_answers(a: str, b: str) -> bool:
         return False
     from math_verify import parse, verify
 
-    quiet = _QuietMathVerify()
     try:
         pa = parse("\\boxed{" + a + "}", parsing_timeout=None)
         pb = parse("\\boxed{" + b + "}", parsing_timeout=None)
         return bool(pa and pb and verify(pb, pa, timeout_seconds=None))
     except Exception:  # noqa: BLE001 - unparsable: not equivalent
         return False
-    finally:
-        quiet.close()
 
 
-class _QuietMathVerify(logging.Filter):
-    """Drops Math-Verify's "Timeout is disabled" warning while :func:`equivalent_answers` runs (the
-    bound is the answer length, by design)."""
-
-    LOGGERS = ("math_verify.parser", "math_verify.grader")
-
-    def __init__(self) -> None:
-        super().__init__()
-        for name in self.LOGGERS:
-            logging.getLogger(name).addFilter(self)
+class _NoTimeoutWarning(logging.Filter):
+    """Drops Math-Verify's "Timeout is disabled" warning: only :func:`equivalent_answers` disables the
+    timeouts, by design (its bound is the answer length)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "Timeout is disabled" not in record.getMessage()
 
-    def close(self) -> None:
-        for name in self.LOGGERS:
-            logging.getLogger(name).removeFilter(self)
+
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_NoTimeoutWarning())
