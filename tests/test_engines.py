@@ -573,3 +573,35 @@ class TestVLLM:
             assert report["warnings"] == [], report["warnings"]
             assert report["tied_heads_fed"] == ["lm_head.weight"] and "cos_sin_cache" in report["derived_buffers"]
             assert report["refreshed"] == []  # the reload itself re-packed the tied head
+
+    def test_load_weights_from_memory(self, vllm, tiny, perturbed, prompts):
+        """The trainer's tensors straight into an in-process engine (issue 15: no save_pretrained, no
+        files): greedy tokens and log-probs then equal transformers on the same weights, with no vLLM
+        warning; an engine in separate processes refuses (its workers cannot see this process's tensors)."""
+        from transformers import AutoModelForCausalLM
+
+        from prl.training.train import policy_tensors
+
+        model = AutoModelForCausalLM.from_pretrained(str(perturbed), dtype=torch.float32)
+        named = policy_tensors(model)
+        assert "lm_head.weight" not in dict(named)  # the tied head is the embedding: handed over once
+        with pytest.raises(EngineError, match="separate processes"):
+            vllm.load_weights(named)
+        greedy = SamplingConfig(n=1, temperature=0, max_tokens=20)
+        engine = make_engine("vllm", tiny, in_process=True)
+        try:
+            assert engine.loads_from_memory
+            before = engine.generate(prompts, greedy)
+            engine.load_weights(named)
+            after = engine.generate(prompts, greedy)
+            [report] = engine.last_reload
+            assert report["warnings"] == [] and report["tied_heads_fed"] == ["lm_head.weight"]
+            hf_new = make_engine("hf", tiny)
+            hf_new.load_weights(named)
+            expected = hf_new.generate(prompts, greedy)
+            assert [s.token_ids for s in after] == [s.token_ids for s in expected]
+            assert [s.token_ids for s in after] != [s.token_ids for s in before]
+            check_logprobs(after, engine, prompts, perturbed, greedy)
+            assert (engine.info()["weight_updates"], engine.info()["memory_updates"]) == (1, 1)
+        finally:
+            engine.close()

@@ -44,6 +44,9 @@ class TrainConfig:
     """Rollout sampling temperature (the paper: 1.0)."""
     engine: str = "vllm"
     """Rollout engine: 'vllm' (weights reloaded in place after each step) or 'hf'."""
+    weight_sync: str = "memory"
+    """How updated weights reach the rollout engine: 'memory' (handed over in this process; falls back to
+    'disk' when the engine's workers run in other processes) or 'disk' (save_pretrained + reload)."""
     lr: float = 1e-5
     """Adam learning rate (the paper: 1e-6 for 1.5B)."""
     warmup_steps: int = 0
@@ -105,6 +108,8 @@ class TrainConfig:
             fail("temperature", "rollouts must be sampled (> 0); the group baseline needs differing responses")
         if self.engine not in ("vllm", "hf"):
             fail("engine", f"expected 'vllm' or 'hf', got {self.engine!r}")
+        if self.weight_sync not in ("memory", "disk"):
+            fail("weight_sync", f"expected 'memory' or 'disk', got {self.weight_sync!r}")
         if self.zero_stage not in (0, 1, 2, 3):
             fail("zero_stage", f"expected 0, 1, 2 or 3, got {self.zero_stage!r}")
         if self.dtype not in ("float32", "bfloat16"):

@@ -259,6 +259,7 @@ class Trainer:
         self.estimator = get_estimator(self.algo.estimator)
         self.split = self.algo.step_split or "token"
         self.step_no = 0  # completed steps
+        self._exported_step: int | None = None  # the step whose policy out/policy holds
         self._pending: list[tuple[int, dict[str, float], dict[str, list]]] = []  # steps since the last checkpoint
         self.rollout_engine = None
         self.pool = None
@@ -269,8 +270,8 @@ class Trainer:
     # ---- resources ----------------------------------------------------------------------
 
     def open(self) -> None:
-        """Sync the starting weights, start the rollout engine and verifier workers, register the run."""
-        self.sync_weights()
+        """Export the starting weights, start the rollout engine on them and the verifier workers, register the run."""
+        self.export_policy()
         kwargs = {"in_process": None} if self.t.engine == "vllm" else {}
         self.rollout_engine = make_engine(self.t.engine, self.out / SYNC_DIR, dtype=self.t.dtype,
                                           seed=self.t.seed + self.rank, **kwargs)
@@ -289,7 +290,7 @@ class Trainer:
     def register_run(self, status: str) -> None:
         manifest = run_manifest("train", config=self.cfg.to_dict(), seed=self.t.seed)
         manifest.update(world_size=self.world, deepspeed=ds_config(self.t, self.world),
-                        completed_steps=self.step_no)
+                        completed_steps=self.step_no, weight_sync=self.weight_sync_mode())
         self.store.execute("upsert_run", run_id=self.run_id, kind="train", model=str(Path(self.t.model).resolve()),
                            status=status, config=self.cfg.to_dict(), manifest=manifest, parent_run_id=None,
                            train_step=self.step_no)
@@ -403,20 +404,49 @@ class Trainer:
     # ---- 4f. weight sync -------------------------------------------------------------------------
 
     def sync_weights(self) -> None:
-        """Write the current policy to ``out/policy`` (rank 0) and load it into every rank's engine."""
-        target = self.out / SYNC_DIR
-        model = self.engine.module
-        if self.t.zero_stage == 3:
-            import deepspeed
+        """Bring every rank's rollout engine up to the current policy.
 
-            with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
+        From memory when the engine runs in this process (``train.weight_sync: memory``, the default;
+        on CPU vLLM runs in-process): the policy's tensors are handed to it as they are — ZeRO-3
+        gathers its partitions for the hand-over — and nothing is written. Otherwise (engine workers in
+        other processes, or ``weight_sync: disk``) rank 0 writes ``out/policy`` with save_pretrained and
+        every engine reloads it from there. ``out/policy`` is written in both cases whenever something
+        reads it: before each evaluation and at the end of the run (:meth:`export_policy`).
+        """
+        engine = self.rollout_engine
+        if engine is None:
+            return
+        if self.weight_sync_mode() == "memory":
+            with self._full_parameters():
+                engine.load_weights(policy_tensors(self.engine.module))
+            return
+        self.export_policy(force=True)
+        engine.update_weights(self.out / SYNC_DIR)
+
+    def weight_sync_mode(self) -> str:
+        """'memory' or 'disk': how :meth:`sync_weights` reaches this run's rollout engine."""
+        engine = self.rollout_engine
+        return "memory" if self.t.weight_sync == "memory" and engine is not None and engine.loads_from_memory else "disk"
+
+    def export_policy(self, *, force: bool = False) -> Path:
+        """Write the current policy to ``out/policy`` (rank 0; every rank must call it: ZeRO-3 gathers, and
+        a barrier), as evaluations, the disk sync and users load it. Skipped if this step's is there."""
+        target = self.out / SYNC_DIR
+        if force or self._exported_step != self.step_no or not (target / "config.json").is_file():
+            with self._full_parameters():
                 if self.rank == 0:
-                    _save_policy(model, self.tokenizer, target)
-        elif self.rank == 0:
-            _save_policy(model, self.tokenizer, target)
-        torch.distributed.barrier()
-        if self.rollout_engine is not None:
-            self.rollout_engine.update_weights(target)
+                    _save_policy(self.engine.module, self.tokenizer, target)
+            torch.distributed.barrier()
+            self._exported_step = self.step_no
+        return target
+
+    def _full_parameters(self):
+        """ZeRO-3: every parameter gathered whole inside the block (stages 0-2 keep them whole anyway)."""
+        if self.t.zero_stage != 3:
+            return contextlib.nullcontext()
+        import deepspeed
+
+        return deepspeed.zero.GatheredParameters(list(self.engine.module.parameters()), modifier_rank=None)
 
     # ---- 4g. diagnostics -------------------------------------------------------------------------
 
@@ -600,7 +630,10 @@ class Trainer:
 
     def evaluate(self) -> dict[str, Any] | None:
         """Evaluate ``out/policy`` with the rollout engine through the evaluation path (rank 0)."""
-        if self.rank != 0 or not self.t.eval_datasets:
+        if not self.t.eval_datasets:
+            return None
+        self.export_policy()  # the evaluation records (and a user reloads) the weights it evaluated
+        if self.rank != 0:
             return None
         cfg = EvalConfig(model=str(self.out / SYNC_DIR), datasets=tuple(self.t.eval_datasets), n=self.t.eval_n,
                          db=self.t.db, run_id=f"{self.run_id}@step{self.step_no}", engine=self.t.engine,
@@ -628,6 +661,7 @@ class Trainer:
                 if self.t.eval_every and self.step_no % self.t.eval_every == 0 and self.step_no < self.t.steps:
                     self.evaluate()
             bar.close()
+            self.export_policy()  # out/policy: the trained model, whichever way the steps were synced
             final_eval = self.evaluate() if self.t.eval_datasets else None
             if self.store is not None:
                 self.register_run("finished")
@@ -660,6 +694,20 @@ def summary_line(step: int, m: dict[str, float]) -> str:
             f"gn {m['actor/grad_norm']:.3f}, {m['time/step']:.1f} s "
             f"(gen {m['time/generate']:.1f}, ver {m['time/verify']:.1f}, lp {m['time/logprobs']:.1f}, "
             f"upd {m['time/update']:.1f})")
+
+
+def policy_tensors(model) -> list[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` of the model's weights by their checkpoint names, each shared tensor once (a tied
+    LM head is dropped, as save_pretrained drops it); the tensors themselves, not copies."""
+    seen: set[int] = set()
+    out = []
+    for name, tensor in model.state_dict(keep_vars=False).items():
+        ptr = tensor.data_ptr()
+        if ptr in seen:
+            continue
+        seen.add(ptr)
+        out.append((name, tensor))
+    return out
 
 
 def _save_policy(model, tokenizer, target: Path) -> None:

@@ -298,6 +298,7 @@ class Engine(ABC):
         self.logprobs_mode = logprobs_mode
         self.weights_path = self.model_dir
         self.weight_updates = 0
+        self.memory_updates = 0  # of weight_updates, those handed over in memory (load_weights)
         self.tokenizer = self._load_tokenizer()
         if require_chat_template:
             chat_template_text(self.tokenizer)  # PromptError with a clear message
@@ -351,6 +352,15 @@ class Engine(ABC):
     def update_weights(self, model_dir: str | Path) -> None:
         """Load weights saved (``save_pretrained``) by a trainer into this running engine."""
 
+    loads_from_memory: bool = False
+    """Whether :meth:`load_weights` can take tensors from this process (the engine runs in it)."""
+
+    def load_weights(self, named_tensors) -> None:
+        """Load ``(name, tensor)`` pairs — a trainer's ``state_dict`` names, tied duplicates dropped — from
+        memory, without writing them to disk. Engines that run in other processes raise EngineError:
+        use :meth:`update_weights` with a ``save_pretrained`` directory instead."""
+        raise EngineError(f"engine {self.name!r} cannot load weights from memory here; use update_weights(DIR)")
+
     def info(self) -> dict[str, Any]:
         """What a run manifest records about the engine."""
         import torch
@@ -363,6 +373,7 @@ class Engine(ABC):
             "model_path": str(self.model_dir),
             "weights_path": str(self.weights_path),
             "weight_updates": self.weight_updates,
+            "memory_updates": self.memory_updates,
             "max_model_len": self.max_model_len,
             "seed": self.seed,
             "logprobs_mode": self.logprobs_mode,

@@ -213,17 +213,30 @@ class HFEngine(Engine):
         else:
             for f in sorted(path.glob("*.bin")):
                 state.update(torch.load(f, map_location="cpu", weights_only=True))
+        self._copy_state(state, str(path))
+
+    def load_weights(self, named_tensors) -> None:
+        """Copy ``(name, tensor)`` pairs (a trainer's ``state_dict`` names) into the model, from memory."""
+        self._copy_state(dict(named_tensors), "the weights handed over in memory")
+        self.weight_updates += 1
+        self.memory_updates += 1
+
+    loads_from_memory = True
+
+    def _copy_state(self, state: dict, source: str) -> None:
+        import torch
+
         own = self.model.state_dict()
         unexpected = sorted(set(state) - set(own))
         if unexpected:
-            raise EngineError(f"{path}: tensors the model does not have: {', '.join(unexpected[:5])}")
+            raise EngineError(f"{source}: tensors the model does not have: {', '.join(unexpected[:5])}")
         loaded_ptrs = {own[k].data_ptr() for k in state}
         missing = sorted(k for k in set(own) - set(state) if own[k].data_ptr() not in loaded_ptrs)  # tied ones are fine
         if missing:
-            raise EngineError(f"{path}: weights missing for {', '.join(missing[:5])}")
+            raise EngineError(f"{source}: weights missing for {', '.join(missing[:5])}")
         for k, v in state.items():
             if tuple(v.shape) != tuple(own[k].shape):
-                raise EngineError(f"{path}: {k} has shape {tuple(v.shape)}, the model {tuple(own[k].shape)}")
+                raise EngineError(f"{source}: {k} has shape {tuple(v.shape)}, the model {tuple(own[k].shape)}")
         with torch.no_grad():
             for k, v in state.items():
                 own[k].copy_(v)

@@ -56,16 +56,26 @@ class PRLWorkerExtension:
     ``llm.collective_rpc("prl_...")``. Runs inside the worker processes."""
 
     def prl_reload_weights(self, weights_path: str) -> dict:
+        """Load the ``*.safetensors`` of ``weights_path`` (a ``save_pretrained`` directory)."""
+        files, names = _checkpoint_files(Path(weights_path))
+        return self._prl_reload(names, lambda fed: _checkpoint_tensors(files, fed))
+
+    def prl_load_weights(self, named: list) -> dict:
+        """Load ``[(name, tensor), ...]`` handed over in memory (only when the engine runs in the caller's
+        process: the tensors are the trainer's own, nothing is serialised or written)."""
+        names = {name for name, _ in named}
+        return self._prl_reload(names, lambda fed: _named_tensors(named, fed))
+
+    def _prl_reload(self, names: set, tensors) -> dict:
         import torch
 
         t0 = time.perf_counter()
         model = self.model_runner.get_model()
         derived = _mark_derived_buffers(model)
-        files, names = _checkpoint_files(Path(weights_path))
-        # a tied head the checkpoint does not name (save_pretrained drops it) is given the embedding
+        # a tied head the weights do not name (save_pretrained drops it) is given the embedding
         fed = {head: embed for head, embed in _tied_heads(model).items() if head not in names and embed in names}
         with _WarningsOf("vllm") as warned:  # returned to the caller: the worker may be another process
-            self.reload_weights(weights_iterator=_checkpoint_tensors(files, fed))
+            self.reload_weights(weights_iterator=tensors(fed))
         refreshed = []
         head = getattr(model, "lm_head", None)
         if (head is not None and hasattr(head, "cpu_linear") and hasattr(head, "quant_method")
@@ -182,6 +192,16 @@ def _checkpoint_tensors(files: list[Path], fed: dict[str, str]):
                 yield name, tensor
                 if name in heads:
                     yield heads[name], tensor
+
+
+def _named_tensors(named: list, fed: dict[str, str]):
+    """``(name, tensor)`` of ``named``; each embedding in ``fed``'s values again under its tied head's name
+    (as :func:`_checkpoint_tensors` does for files)."""
+    heads = {embed: head for head, embed in fed.items()}
+    for name, tensor in named:
+        yield name, tensor
+        if name in heads:
+            yield heads[name], tensor
 
 
 def _sampled_logprobs(lps, token_ids: list[int]) -> list[float]:
@@ -390,6 +410,27 @@ class VLLMEngine(Engine):
         self.llm.reset_prefix_cache()
         self.weights_path = path
         self.weight_updates += 1
+
+    @property
+    def loads_from_memory(self) -> bool:  # type: ignore[override]
+        """In-process engines take the trainer's tensors directly; separate workers would need them serialised."""
+        return self.in_process
+
+    def load_weights(self, named_tensors) -> None:
+        """Load ``(name, tensor)`` pairs into the running engine from memory (no files, no restart).
+
+        Only for an engine built in this process (``in_process``): its worker is an object here and
+        gets the trainer's tensors as they are (vLLM copies them into its own parameters, re-packing
+        what the CPU kernels pre-pack). ``last_reload`` reports as :meth:`update_weights` does."""
+        self._require_open()
+        if not self.in_process:
+            raise EngineError("this vLLM engine runs in separate processes, which tensors in this process cannot "
+                              "reach; use update_weights(DIR) with a save_pretrained directory, or in_process=True")
+        named = [(name, tensor.detach()) for name, tensor in named_tensors]
+        self.last_reload = self.llm.collective_rpc("prl_load_weights", args=(named,))
+        self.llm.reset_prefix_cache()
+        self.weight_updates += 1
+        self.memory_updates += 1
 
     def close(self) -> None:
         if getattr(self, "_closed", True):
