@@ -216,13 +216,24 @@ def _without_chat_template(tiny: Path, d: Path) -> Path:
 
 
 def test_model_without_chat_template(tiny, tmp_path):
+    """A model without a chat template gets the documented plain format (prl.generation.prompts), recorded
+    as such with its hash; an engine that requires a template refuses it before anything starts."""
+    from prl.generation.prompts import PLAIN_TEMPLATE, SYSTEM_PROMPT, USER_SUFFIX, template_hash
+
     d = _without_chat_template(tiny, tmp_path / "no_template")
     with pytest.raises(PromptError, match="no chat template"):
-        make_engine("hf", d)
+        make_engine("hf", d, require_chat_template=True)
+    engine = make_engine("hf", d)
+    [prompt] = engine.build_prompts(["What is 1+1?"])
+    bos = engine.tokenizer.bos_token or ""
+    assert prompt == f"{bos}{SYSTEM_PROMPT}\n\nWhat is 1+1?{USER_SUFFIX}\n\n"
+    assert engine.prompt_format == "plain" and engine.template_hash() == template_hash(engine.tokenizer)
     problems = task.write_jsonl(task.generate("test", 2), tmp_path / "p.jsonl")
-    with pytest.raises(PromptError, match="no chat template"):  # before any engine starts
-        run_generate(d, problems, tmp_path / "out.jsonl", engine="vllm", log=None)
-    assert not (tmp_path / "out.jsonl").exists()
+    manifest = run_generate(d, problems, tmp_path / "out.jsonl", engine=engine, n=1, max_tokens=4, log=None,
+                            progress=False)
+    assert manifest["prompt"]["format"] == "plain" and manifest["prompt"]["template"] == PLAIN_TEMPLATE
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 2
+    assert make_engine("hf", tiny).prompt_format == "chat_template"
 
 
 def test_vllm_cpu_rejects_small_head_dim(tiny, tmp_path):

@@ -36,7 +36,7 @@ from prl.evaluation.config import EvalConfig, EvalError
 from prl.evaluation.steps import (chunked, check_prompts, finish_run, generate_chunk, load_problems, mark_failed,
                                   pending_problems, register_run, start_engine, store_chunk, verify_chunk)
 from prl.generation.engines import Engine
-from prl.generation.prompts import chat_template_text
+from prl.generation.prompts import template_record
 from prl.grading.verifier import VerifierPool
 from prl.store.db import Store
 
@@ -94,7 +94,7 @@ def open_engine(run: EvalRun, engine: Engine | None = None, log: Callable[[str],
                           wall_s=3.0 * cfg.verify_timeout_s) as pool:
             yield engine, pool
         run.engine_info = engine.info()
-        run.template = {"template_sha256": engine.template_hash(), "template": chat_template_text(engine.tokenizer)}
+        run.template = template_record(engine.tokenizer)
     finally:
         if own:
             engine.close()

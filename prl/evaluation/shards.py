@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from prl.data.datasets import Problem
 from prl.evaluation.steps import check_prompts, generate_chunk, start_engine, verify_chunk
-from prl.generation.prompts import chat_template_text
+from prl.generation.prompts import template_record
 from prl.grading.verifier import VerifierPool
 from prl.store.db import SAMPLE_COLUMNS, Store, StoreError, sample_schema, samples_table
 
@@ -109,8 +109,7 @@ def run_shard(cfg, run_id: str, problems: Sequence[Problem], path: str | Path) -
         t_ver = time.perf_counter() - t
         write_shard(rows, path)
         info = {"engine": engine.info(),
-                "template": {"template_sha256": engine.template_hash(),
-                             "template": chat_template_text(engine.tokenizer)}}
+                "template": template_record(engine.tokenizer)}
     finally:
         engine.close()
     return {"path": str(path), "rows": len(rows), "correct": sum(r["verdict"] == "correct" for r in rows),

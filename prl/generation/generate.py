@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from prl.generation.engines import ENGINE_KINDS, Engine, EngineError, SamplingConfig, check_model_dir, make_engine
 from prl.manifest import run_manifest
-from prl.generation.prompts import SYSTEM_PROMPT, USER_SUFFIX, build_prompt, chat_template_text
+from prl.generation.prompts import SYSTEM_PROMPT, USER_SUFFIX, build_prompt, template_record
 
 DEFAULT_MAX_TOKENS = 3072
 
@@ -116,7 +116,6 @@ def run_generate(model_dir: str | Path, prompts_file: str | Path, out_file: str 
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     else:
         raise EngineError(f"engine: expected one of {ENGINE_KINDS} or an Engine, got {engine!r}")
-    chat_template_text(tokenizer)  # PromptError before any engine starts
     prompts = [build_prompt(tokenizer, rec["problem"]) for _, rec in records]
 
     own_engine = not isinstance(engine, Engine)
@@ -136,8 +135,7 @@ def run_generate(model_dir: str | Path, prompts_file: str | Path, out_file: str 
         samples = eng.generate(prompts, sampling, progress=progress)
         gen_s = time.perf_counter() - t1
         info = eng.info()
-        t_hash = eng.template_hash()
-        t_text = chat_template_text(eng.tokenizer)
+        template = template_record(eng.tokenizer)
     finally:
         if own_engine:
             eng.close()
@@ -182,8 +180,7 @@ def run_generate(model_dir: str | Path, prompts_file: str | Path, out_file: str 
         "generated_tokens": n_tokens,
         "engine": info,
         "sampling": sampling.to_dict(),
-        "prompt": {"system": SYSTEM_PROMPT, "user_suffix": USER_SUFFIX, "template_sha256": t_hash,
-                   "template": t_text, "add_generation_prompt": True},
+        "prompt": {"system": SYSTEM_PROMPT, "user_suffix": USER_SUFFIX, **template, "add_generation_prompt": True},
         "timing": {"engine_start_s": round(start_s, 3) if own_engine else None, "generate_s": round(gen_s, 3),
                    "generated_tokens_per_s": round(n_tokens / gen_s, 1) if gen_s > 0 else None},
     }

@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prl.generation.prompts import PromptError, build_prompt, chat_template_text, template_hash
+from prl.generation import prompts as _prompts
+from prl.generation.prompts import PromptError, build_prompt, prompt_format, template_hash
 
 ENGINE_KINDS = ("vllm", "hf")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
@@ -275,7 +276,7 @@ class Engine(ABC):
 
     def __init__(self, model_dir: str | Path, *, dtype: str = "float32", seed: int = 0,
                  max_model_len: int | None = None, logprobs_mode: str = "processed",
-                 require_chat_template: bool = True) -> None:
+                 require_chat_template: bool = False) -> None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         if dtype not in DTYPES:
             raise EngineError(f"dtype: expected one of {DTYPES}, got {dtype!r}")
@@ -301,7 +302,8 @@ class Engine(ABC):
         self.memory_updates = 0  # of weight_updates, those handed over in memory (load_weights)
         self.tokenizer = self._load_tokenizer()
         if require_chat_template:
-            chat_template_text(self.tokenizer)  # PromptError with a clear message
+            _prompts.require_chat_template(self.tokenizer)  # PromptError with a clear message
+        self.prompt_format = prompt_format(self.tokenizer)  # 'chat_template', or 'plain' without one
 
     def _load_tokenizer(self):
         from transformers import AutoTokenizer

@@ -32,7 +32,7 @@ class HFEngine(Engine):
     def __init__(self, model_dir: str | Path, *, dtype: str = "float32", seed: int = 0,
                  max_model_len: int | None = None, logprobs_mode: str = "processed",
                  batch_size: int = 256, device: str | None = None, attn_implementation: str | None = None,
-                 require_chat_template: bool = True) -> None:
+                 require_chat_template: bool = False) -> None:
         super().__init__(model_dir, dtype=dtype, seed=seed, max_model_len=max_model_len,
                          logprobs_mode=logprobs_mode, require_chat_template=require_chat_template)
         import torch

@@ -249,7 +249,7 @@ class VLLMEngine(Engine):
     def __init__(self, model_dir: str | Path, *, dtype: str = "float32", seed: int = 0,
                  max_model_len: int | None = None, logprobs_mode: str = "processed",
                  gpu_memory_utilization: float | None = None, enforce_eager: bool | None = None,
-                 in_process: bool | None = False, require_chat_template: bool = True,
+                 in_process: bool | None = False, require_chat_template: bool = False,
                  **llm_kwargs: Any) -> None:
         super().__init__(model_dir, dtype=dtype, seed=seed, max_model_len=max_model_len,
                          logprobs_mode=logprobs_mode, require_chat_template=require_chat_template)
