@@ -13,7 +13,25 @@ from prl import logs
 from prl.training.config import add_run_arguments, run_config_from_args
 
 
+def _cmd_dry_run(args: argparse.Namespace) -> int:
+    from prl.training import dry_run
+
+    cfg = run_config_from_args(args)
+    from pathlib import Path
+
+    logs.log_to(Path(cfg.train.out_dir).with_name(Path(cfg.train.out_dir).name + ".dry-run.log"))
+    with contextlib.redirect_stdout(sys.stderr):  # library chatter off stdout, which carries the plan
+        plan = dry_run.plan(cfg, gpus_per_node=args.gpus_per_node, nodes=args.nodes)
+    print(dry_run.render(plan))
+    if args.plan_json:
+        Path(args.plan_json).write_text(json.dumps(plan, indent=2, default=str) + "\n")
+        print(f"[dry-run] plan written to {args.plan_json}", file=sys.stderr)
+    return 0
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        return _cmd_dry_run(args)
     from prl.training.train import check_fresh_start  # deepspeed and transformers: when the command runs
 
     cfg = run_config_from_args(args)
@@ -53,10 +71,20 @@ The config file has an 'algorithm:' and a 'train:' section (configs/train/*.yaml
 settings are refused before anything starts. --resume continues from the last checkpoint with
 the same step count and data order. Several processes: deepspeed --num_gpus N --module prl.training.train --config FILE.
 
+--dry-run starts nothing: it resolves and prints what a GPU run of the config needs (the DeepSpeed
+config, per-GPU memory from DeepSpeed's estimators for the ZeRO stage, tokens per step, the chat
+template and how the tokenizer splits a solution into steps). A hub id whose config.json ships in
+configs/models (Qwen/Qwen2.5-Math-1.5B) needs no download.
+
 example:
   prl train --config configs/train/tiny_prl.yaml --db runs/store.duckdb --steps 20
   prl train --config configs/train/tiny_prl.yaml --resume
+  prl train --config configs/train/paper_qwen2.5_math_1.5b.yaml --dry-run --gpus-per-node 4
 """)
     add_run_arguments(p)  # the same options as the training script (prl.training.config)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--dry-run", action="store_true", help="print the plan of a GPU run of this config; start nothing")
+    p.add_argument("--gpus-per-node", type=int, default=1, help="--dry-run: GPUs per node (default 1)")
+    p.add_argument("--nodes", type=int, default=1, help="--dry-run: nodes (default 1)")
+    p.add_argument("--plan-json", default=None, metavar="FILE", help="--dry-run: also write the plan as JSON")
     p.set_defaults(func=_cmd_train)
