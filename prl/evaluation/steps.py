@@ -172,7 +172,7 @@ def finish_run(store: Store, cfg: EvalConfig, run_id: str, problems: Sequence[Pr
     old_manifest = json.loads(old[0][6]) if old and old[0][6] else {}
     if engine_info is None:  # nothing was generated this time: keep what the generating attempt recorded
         engine_info = old_manifest.get("engine")
-        template = {k: v for k, v in old_manifest.get("prompt", {}).items() if k.startswith("template")} or None
+        template = {k: v for k, v in old_manifest.get("prompt", {}).items() if k.startswith("template") or k == "format"} or None
     manifest = eval_manifest(cfg, problems, engine_info, template)
     manifest["summary"] = summary
     manifest["attempts"] = old_manifest.get("attempts", 1)

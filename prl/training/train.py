@@ -169,6 +169,7 @@ class Rollouts:
     prompt_len: torch.Tensor  # (B,) long
     response_ids: torch.Tensor  # (B, T) long
     mask: torch.Tensor  # (B, T) bool, True on response tokens
+    rollout_logp: torch.Tensor  # (B, T) float, the engine's log-prob of each sampled token (0 off the mask)
     group_ids: torch.Tensor  # (B,) long, one id per prompt
     rewards: torch.Tensor  # (B,) float
     texts: list[str]
@@ -187,15 +188,18 @@ def pack(prompt_ids: list[list[int]], samples: list, pad_id: int) -> dict[str, t
     attention = torch.zeros(B, L, dtype=torch.bool)
     response = torch.full((B, T), pad_id, dtype=torch.long)
     mask = torch.zeros(B, T, dtype=torch.bool)
+    rollout_logp = torch.zeros(B, T, dtype=torch.float32)
     for b, (seq, s) in enumerate(zip(seqs, samples)):
         input_ids[b, : len(seq)] = torch.tensor(seq)
         attention[b, : len(seq)] = True
         n = len(s.token_ids)
         response[b, :n] = torch.tensor(s.token_ids, dtype=torch.long)
         mask[b, :n] = True
+        if s.logprobs is not None:
+            rollout_logp[b, :n] = torch.tensor(s.logprobs, dtype=torch.float32)
     prompt_len = torch.tensor([len(prompt_ids[s.prompt_index]) for s in samples], dtype=torch.long)
     return {"input_ids": input_ids, "attention": attention, "prompt_len": prompt_len, "response_ids": response,
-            "mask": mask}
+            "mask": mask, "rollout_logp": rollout_logp}
 
 
 def response_logprobs(model, input_ids: torch.Tensor, attention: torch.Tensor, prompt_len: torch.Tensor,
@@ -305,7 +309,7 @@ class Trainer:
         prompts = self.rollout_engine.build_prompts([self.problems[i]["problem"] for i in mine])
         sampling = SamplingConfig(n=self.algo.n_samples, temperature=self.t.temperature, top_p=1.0,
                                   max_tokens=self.t.max_tokens, seed=derive_seed(self.t.seed, "rollout", self.step_no),
-                                  logprobs=False)
+                                  logprobs=True)  # compared with the trainer's own (rollout/logprob_diff_*)
         samples = self.rollout_engine.generate(prompts, sampling)
         prompt_ids = self.rollout_engine.encode(prompts)
         return {"indices": mine, "samples": samples, "prompt_ids": prompt_ids}
@@ -459,6 +463,9 @@ class Trainer:
         on_response = rho[m]
         verdicts = {f"verify/{v}_frac": sum(x == v for x in r.verdicts) / max(1, len(r.verdicts))
                     for v in ("no_answer", "timeout", "error")}
+        # The engine sampled from the weights it holds; the trainer recomputes them from its own. Equal up to
+        # kernel numerics when the weight sync delivered the update (a stale engine shows as a gap).
+        gap = (r.rollout_logp - lp["logp_old"]).abs()[m]
         return {**verdicts,
             "reward/mean": float(r.rewards.mean()),
             "reward/accuracy": float((r.rewards >= 1.0).float().mean()),
@@ -469,6 +476,8 @@ class Trainer:
             "kl/ref_seq_sum": float((k3 * m).sum(1).mean()),
             "prl/rho_mean": float(on_response.mean()) if on_response.numel() else float("nan"),
             "prl/rho_std": float(on_response.std()) if on_response.numel() > 1 else float("nan"),
+            "rollout/logprob_diff_max": float(gap.max()) if gap.numel() else float("nan"),
+            "rollout/logprob_diff_mean": float(gap.mean()) if gap.numel() else float("nan"),
         }
 
     def segments(self, r: Rollouts, lp: dict[str, torch.Tensor], rho: torch.Tensor) -> list[dict[str, Any]]:

@@ -6,7 +6,9 @@ Batched over all prompts × n samples in one ``LLM.generate`` call. Facts this c
 * The engine spawns worker processes: a script that builds one must do it under
   ``if __name__ == "__main__":``. Start takes ~20 s on 2 cores.
 * CPU: the default ``gpu_memory_utilization`` (0.9 of node memory) fails at start
-  ("Available memory on node 0 ... is less than desired CPU memory utilization"); 0.2 works.
+  ("Available memory on node 0 ... is less than desired CPU memory utilization"); the KV cache is
+  sized explicitly (:data:`CPU_KV_CACHE_BYTES`), since vLLM's own budget subtracts the whole process's
+  memory and goes negative in-process beside a trainer. 0.2 works for the memory check.
   ``head_dim`` must be >= 32 ("Unsupported CPU attention configuration").
 * Per-request ``SamplingParams(seed=...)`` crashes the CPU engine ("CPU Generator does not
   use offset") whenever a prompt's prefill is chunked: the runner rewinds the request's
@@ -47,6 +49,12 @@ from prl.generation.engines.base import (Engine, EngineError, Sample, SamplingCo
                    response_text)
 
 CPU_GPU_MEMORY_UTILIZATION = 0.2
+CPU_KV_CACHE_BYTES = 1 << 30
+"""KV-cache size of a CPU engine unless the caller sets gpu_memory_utilization or kv_cache_memory_bytes.
+vLLM's CPU worker otherwise budgets gpu_memory_utilization x the NUMA node's memory *minus the whole
+process's memory in use*: in-process beside a trainer (policy, reference, optimizer states of a real
+model) that went negative ("less than requested memory for kv (-1.42/0.31 GiB)", found on SmolLM2).
+1 GiB holds ~23 k tokens of SmolLM2-135M (fp32) and more than one full 4 k context of a 1.5 B Qwen2."""
 _MP_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 CPU_MIN_HEAD_DIM = 32
 
@@ -270,6 +278,8 @@ class VLLMEngine(Engine):
                 f"{CPU_MIN_HEAD_DIM} ('Unsupported CPU attention configuration'); use engine 'hf' "
                 "(transformers.generate) for this model, or build it with hidden_size/num_attention_heads >= 32"
             )
+        if (self.on_cpu and gpu_memory_utilization is None and "kv_cache_memory_bytes" not in llm_kwargs):
+            llm_kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
         if gpu_memory_utilization is None:
             gpu_memory_utilization = CPU_GPU_MEMORY_UTILIZATION if self.on_cpu else 0.9
         if not 0 < gpu_memory_utilization <= 1:
