@@ -47,6 +47,7 @@ BENCHES = {
     "relevance": lambda full: [sys.executable, str(HERE / "relevance.py")],
     "train_step": lambda full: [sys.executable, str(HERE / "train_step.py"), "--model", _warm_model()],
     "dashboard": lambda full: [sys.executable, str(HERE / "dashboard.py")],
+    "load_test": lambda full: [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_load.py", "-s"],
     "load": lambda full: [sys.executable, str(HERE / "load.py")],
     "faults": lambda full: [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/faults", "-s"],
     "demo": lambda full: [sys.executable, str(HERE / "demo.py")] if full else None,
@@ -92,6 +93,8 @@ def main() -> int:
         if cmd is None:
             continue
         env = os.environ.copy()
+        if name == "load_test":
+            env["PRL_LOAD_TEST"] = "1"
         if name == "faults":
             env["PRL_FAULT_KILLS"] = "20" if args.full else env.get("PRL_FAULT_KILLS", "3")
         print(f"[run_all] {name}: {' '.join(cmd[1:3])} …", file=sys.stderr, flush=True)

@@ -24,6 +24,10 @@ def _bench(name: str):
 
 
 @pytest.mark.e2e
+@pytest.mark.skipif("PRL_LOAD_TEST" not in os.environ,
+                    reason="load test (~3 min): run by bench/run_all.py (PRL_LOAD_TEST=1, then bench/load.py's longer "
+                           "version); in CI, concurrent readers and a writer are tests/test_store.py's and the "
+                           "dashboard's while-a-flow-writes test")
 def test_eight_clients_while_an_evaluation_writes(tmp_path, tiny_model_dir, prefect_harness):
     from prefect.settings import PREFECT_API_URL
 

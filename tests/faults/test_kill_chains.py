@@ -101,6 +101,9 @@ def _checkpoints(ckpt: Path) -> tuple[list[str], str | None]:
                                                                        if latest.exists() else None)
 
 
+@pytest.mark.skipif("PRL_FAULT_KILLS" not in os.environ,
+                    reason="long fault chain (~2-3 min): run by bench/run_all.py (PRL_FAULT_KILLS); in CI, training's "
+                           "kill-and-resume is tests/test_train.py::test_sigkill_mid_run_then_resume")
 @pytest.mark.timeout(420 + 90 * KILLS)
 def test_train_killed_at_random_points(tiny_model_dir, tmp_path, cli_env):
     import torch
