@@ -212,7 +212,7 @@ def response_logprobs(model, input_ids: torch.Tensor, attention: torch.Tensor, p
     """
     logits = model(input_ids=input_ids, attention_mask=attention.long()).logits
     B, T = response_ids.shape
-    cols = (prompt_len.unsqueeze(1) - 1 + torch.arange(T).unsqueeze(0)).clamp_max(input_ids.shape[1] - 1)
+    cols = (prompt_len.unsqueeze(1) - 1 + torch.arange(T, device=input_ids.device).unsqueeze(0)).clamp_max(input_ids.shape[1] - 1)
     picked = torch.gather(logits, 1, cols.unsqueeze(-1).expand(B, T, logits.shape[-1])).float()
     if temperature != 1.0:
         picked = picked / temperature
@@ -538,9 +538,9 @@ class Trainer:
         if self.world == 1:
             return metrics
         keys = sorted(metrics)
-        t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64)
+        t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=self.device)  # NCCL: on the GPU
         torch.distributed.all_reduce(t)
-        return dict(zip(keys, (t / self.world).tolist()))
+        return dict(zip(keys, (t / self.world).cpu().tolist()))
 
     # ---- 4i. log + checkpoint (in this order: a step is finished once its checkpoint exists) ------
 

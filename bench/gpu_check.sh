@@ -1,0 +1,421 @@
+#!/usr/bin/env bash
+# GPU readiness check (issue 15), run on the lent GPU machine from the repo root (bench/GPU.md):
+#
+#   bash bench/gpu_check.sh                        # after bench/gpu_prepare.sh, with .gpu/ carried
+#   PATH=$PWD/.venv/bin:$PATH PRL_GPU_CHECK_CPU_REHEARSAL=1 bash bench/gpu_check.sh   # CPU dry rehearsal here
+#
+# Phases, each under its own `timeout` and all under one deadline (PRL_GPU_CHECK_DEADLINE_S, default 480 s):
+#   install   .gpu/wheels/*.whl into /tmp/site (what the image lacks: deepspeed, math-verify, duckdb, ...)
+#   env       python / torch / CUDA / GPU / package versions; the imports the trainer needs; CUDA present
+#   build     a randomly initialised SmolLM2-135M (config and tokenizer from .gpu/smollm2-config; seeded)
+#             saved with its tokenizer as a plain HF directory /tmp/smollm2-random
+#   rollouts  HF engine on CUDA (prl.generation.engines.make_engine("hf", ..., dtype="bfloat16")): the paper's
+#             prompts for 64 math500 problems x n=8, 256 tokens each, ignore_eos -> generated tokens/s
+#   train     3 PRL steps through the real trainer (python -m prl.training.train, engine hf, DeepSpeed
+#             ZeRO-2, bf16, 16 prompts x 5 samples, 256 tokens); per-step times from the DuckDB store
+# and writes $OUT/gpu_check.json (bench/results/gpu_check.json without $OUT; rehearsal: its work folder).
+#
+# The rehearsal (PRL_GPU_CHECK_CPU_REHEARSAL=1) runs the same Python on CPU, shrunk: 4 problems, 16 tokens,
+# a 2-layer model, 1 step, float32, ZeRO stage 0; it checks the wheels install for CPython 3.12 into a
+# throwaway folder instead of using them (the project's .venv already has those packages).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TQDM_DISABLE=1  # no progress bars in the log
+PY=${PRL_GPU_PYTHON:-python3}
+REHEARSAL=${PRL_GPU_CHECK_CPU_REHEARSAL:-0}
+DEADLINE=${PRL_GPU_CHECK_DEADLINE_S:-480}
+RESERVE=25                                   # seconds kept for the summary after the last phase
+GPU_DIR=$ROOT/.gpu
+WORK=${PRL_GPU_CHECK_WORK:-/tmp/prl_gpu_check}
+SITE=${PRL_GPU_SITE:-/tmp/site}
+MODEL=${PRL_GPU_MODEL_DIR:-/tmp/smollm2-random}
+if [ "$REHEARSAL" = 1 ]; then
+  MODEL=$WORK/smollm2-random
+  RESULT=${OUT:+$OUT/gpu_check.json}
+  RESULT=${RESULT:-$WORK/gpu_check.json}    # a rehearsal never writes into bench/results
+else
+  RESULT=${OUT:+$OUT/gpu_check.json}
+  RESULT=${RESULT:-$ROOT/bench/results/gpu_check.json}
+fi
+
+# Sizes: the GPU check's, or the rehearsal's.
+if [ "$REHEARSAL" = 1 ]; then
+  export GC_PROBLEMS=4 GC_N=8 GC_GEN_TOKENS=16 GC_LAYERS=2 GC_DTYPE=float32
+  export GC_STEPS=1 GC_PROMPTS_PER_STEP=2 GC_N_SAMPLES=2 GC_TRAIN_TOKENS=16 GC_MINI=4 GC_MICRO=2 GC_ZERO=0
+  export GC_VERIFIERS=1
+else
+  export GC_PROBLEMS=64 GC_N=8 GC_GEN_TOKENS=256 GC_LAYERS=0 GC_DTYPE=bfloat16
+  export GC_STEPS=3 GC_PROMPTS_PER_STEP=16 GC_N_SAMPLES=5 GC_TRAIN_TOKENS=256 GC_MINI=80 GC_MICRO=16 GC_ZERO=2
+  export GC_VERIFIERS=4
+fi
+export GC_REHEARSAL=$REHEARSAL GC_WORK=$WORK GC_MODEL=$MODEL GC_CONF=$GPU_DIR/smollm2-config GC_ROOT=$ROOT
+export GC_RESULT=$RESULT GC_GPU_DIR=$GPU_DIR
+
+say() { printf '%s\n' "$*"; }
+die() { say "error: $*" >&2; exit 1; }
+
+rm -rf "$WORK"
+mkdir -p "$WORK" "$(dirname "$RESULT")"
+
+# phase NAME LIMIT_S COMMAND...: runs COMMAND under `timeout`, within what is left of the deadline, and
+# records {status, rc, seconds} in $WORK/status_NAME.json. Returns the command's status (124: timed out).
+phase() {
+  local name=$1 limit=$2; shift 2
+  local left=$((DEADLINE - SECONDS - RESERVE)) t0=$SECONDS rc=0 status
+  if [ "$left" -lt 15 ]; then
+    say "!! [$name] skipped: only ${left}s left before the ${DEADLINE}s deadline"
+    printf '{"status": "skipped", "rc": null, "seconds": 0}\n' >"$WORK/status_$name.json"
+    return 1
+  fi
+  [ "$limit" -le "$left" ] || limit=$left
+  say ""
+  say "== [$name] $(date -u +%H:%M:%S) (limit ${limit}s, ${SECONDS}s into the check)"
+  timeout --kill-after=10 "$limit" "$@" || rc=$?
+  case $rc in 0) status=ok ;; 124|137) status=timeout ;; *) status=failed ;; esac
+  printf '{"status": "%s", "rc": %d, "seconds": %d, "limit_s": %d}\n' "$status" "$rc" $((SECONDS - t0)) "$limit" \
+    >"$WORK/status_$name.json"
+  [ "$rc" = 0 ] && say "== [$name] ok in $((SECONDS - t0))s" || say "!! [$name] $status (rc $rc) after $((SECONDS - t0))s"
+  return "$rc"
+}
+
+# The summary: merges what the phases wrote into $RESULT and prints it. Runs on every exit.
+summary() {
+  local rc=$?
+  trap - EXIT
+  [ -n "${SMI_PID:-}" ] && kill "$SMI_PID" 2>/dev/null || true
+  say ""
+  say "== [summary] $(date -u +%H:%M:%S) (${SECONDS}s into the check)"
+  local src=0
+  timeout 30 "$PY" - "$rc" <<'PY' || src=$?
+import json, os, sys, time
+from pathlib import Path
+
+work, result = Path(os.environ["GC_WORK"]), Path(os.environ["GC_RESULT"])
+def load(name):
+    p = work / name
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+
+phases = {n: load(f"status_{n}.json") or {"status": "not run"} for n in ("install", "env", "build", "rollouts", "train")}
+try:
+    prepared = json.loads((Path(os.environ["GC_GPU_DIR"]) / "prepared.json").read_text())
+except (OSError, ValueError):
+    prepared = None
+env, build, ro, tr = load("env.json"), load("build.json"), load("rollouts.json"), load("train.json")
+out = {
+    "kind": "gpu_check",
+    "rehearsal": os.environ["GC_REHEARSAL"] == "1",
+    "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    "exit_status": int(sys.argv[1]),
+    "ok": all(p.get("status") == "ok" for p in phases.values()),
+    "prepared": prepared,
+    "machine": (env or {}).get("machine"),
+    "versions": (env or {}).get("versions"),
+    "phases": phases,
+    "model": build,
+    "rollouts": ro,
+    "train": tr,
+}
+result.write_text(json.dumps(out, indent=2) + "\n")
+
+m, v = out["machine"] or {}, out["versions"] or {}
+print(f"machine:  {m.get('gpu') or m.get('device') or '?'}; python {v.get('python')}, torch {v.get('torch')} "
+      f"(CUDA {v.get('torch_cuda')}), transformers {v.get('transformers')}, deepspeed {v.get('deepspeed')}")
+for n, p in phases.items():
+    print(f"phase {n:9s} {p.get('status'):8s} {p.get('seconds', '')}{'s' if 'seconds' in p else ''}")
+if ro:
+    print(f"rollouts: {ro['prompts']} prompts x {ro['n']} x {ro['max_tokens']} tokens = {ro['generated_tokens']} tokens "
+          f"in {ro['seconds']:.2f} s -> {ro['tokens_per_s']:.0f} generated tokens/s "
+          f"(hf engine on {ro['device']}, {ro['dtype']}, batch {ro['batch_size']}; load {ro['engine_load_s']:.1f} s, "
+          f"peak {ro.get('peak_gpu_mem_gib')} GiB)")
+if tr and tr.get("steps"):
+    print(f"train:    {len(tr['steps'])} PRL steps, ZeRO-{tr['config']['zero_stage']} {tr['config']['dtype']}, "
+          f"{tr['config']['prompts_per_step']} prompts x {tr['config']['n_samples']} x {tr['config']['max_tokens']} tokens "
+          f"(process {tr.get('process_s')} s)")
+    cols = ["step", "generate", "verify", "logprobs", "update", "sync"]
+    print("  step " + " ".join(f"{c:>9s}" for c in cols) + "   len  rollout tok/s")
+    for s in tr["steps"]:
+        print(f"  {s['step']:4d} " + " ".join(f"{s.get('time/' + c, float('nan')):9.2f}" for c in cols)
+              + f" {s.get('response/length', float('nan')):5.0f}  {s.get('rollout_tokens_per_s', float('nan')):9.0f}")
+    if tr.get("mean_after_first"):
+        a = tr["mean_after_first"]
+        print("  mean " + " ".join(f"{a.get('time/' + c, float('nan')):9.2f}" for c in cols) + "   (steps after the first)")
+print(f"written:  {result}")
+print("GPU CHECK OK" if out["ok"] else "GPU CHECK INCOMPLETE: a phase did not finish (see above)")
+sys.exit(0 if out["ok"] else 3)
+PY
+  case $src in 0) ;; 3) [ "$rc" != 0 ] || rc=3 ;; *) say "!! the summary failed; the phase files are in $WORK"; [ "$rc" != 0 ] || rc=$src ;; esac
+  exit "$rc"
+}
+trap summary EXIT
+
+say "GPU check: $( [ "$REHEARSAL" = 1 ] && echo 'CPU REHEARSAL (shrunk sizes)' || echo 'GPU') in $ROOT," \
+    "deadline ${DEADLINE}s, work folder $WORK, result $RESULT"
+command -v "$PY" >/dev/null || die "$PY not found"
+[ -d "$GPU_DIR/wheels" ] || die "$GPU_DIR/wheels missing: run bash bench/gpu_prepare.sh on a machine with network and carry .gpu"
+[ -f "$GPU_DIR/smollm2-config/config.json" ] || die "$GPU_DIR/smollm2-config missing: run bash bench/gpu_prepare.sh"
+ls "$GPU_DIR"/wheels/*.whl >/dev/null 2>&1 || die "no wheels in $GPU_DIR/wheels: run bash bench/gpu_prepare.sh"
+
+# ── install ─────────────────────────────────────────────────────────────────────────────────
+if [ "$REHEARSAL" = 1 ]; then
+  # The wheels are CPython 3.12's; pip can still install them for 3.12 into a folder nobody imports from.
+  # (pip checks wheel files named on the command line against this interpreter; names found through
+  # --find-links are matched against --python-version/--platform instead.)
+  names=$(for w in "$GPU_DIR"/wheels/*.whl; do w=${w##*/}; printf '%s==%s ' "${w%%-*}" "$(cut -d- -f2 <<<"$w")"; done)
+  # shellcheck disable=SC2086  # $names: one requirement per word
+  phase install 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --find-links "$GPU_DIR/wheels" --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --target "$WORK/site-py312" $names || true
+  export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+else
+  rm -rf "$SITE"
+  phase install 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" "$GPU_DIR"/wheels/*.whl || die "the wheels did not install (see above)"
+  export PYTHONPATH=$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}
+fi
+say "PYTHONPATH=$PYTHONPATH"
+
+# ── env ─────────────────────────────────────────────────────────────────────────────────────
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$WORK/nvidia-smi.csv" 2>&1 || true
+  say "nvidia-smi: $(cat "$WORK/nvidia-smi.csv")"
+else
+  say "nvidia-smi: not found"
+fi
+phase env 120 "$PY" - <<'PY' || die "the environment is not ready (see above); nothing else can run"
+import importlib, json, os, platform, sys
+from importlib import metadata
+from pathlib import Path
+
+rehearsal = os.environ["GC_REHEARSAL"] == "1"
+work = Path(os.environ["GC_WORK"])
+import torch
+
+def ver(dist):
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+versions = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None}
+for dist in ("transformers", "tokenizers", "safetensors", "huggingface-hub", "accelerate", "deepspeed", "pydantic",
+             "pydantic-core", "hjson", "typing-extensions", "math-verify", "latex2sympy2_extended",
+             "antlr4-python3-runtime", "sympy", "duckdb", "numpy", "pandas", "pyarrow", "pyyaml", "tqdm", "einops",
+             "msgpack", "ninja", "psutil", "py-cpuinfo", "triton"):
+    versions[dist] = ver(dist)
+smi = (work / "nvidia-smi.csv").read_text().strip() if (work / "nvidia-smi.csv").is_file() else None
+machine = {"host": platform.node(), "cpus": os.cpu_count(), "platform": platform.platform(), "nvidia_smi": smi,
+           "cuda_available": torch.cuda.is_available()}
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    machine.update(gpu=torch.cuda.get_device_name(0), gpu_mem_gib=round(p.total_memory / 2**30, 1),
+                   sms=p.multi_processor_count, capability=f"{p.major}.{p.minor}", device="cuda")
+else:
+    machine["device"] = "cpu"
+print(json.dumps({"machine": machine, "versions": versions}, indent=1))
+problems = []
+for mod in ("deepspeed", "duckdb", "math_verify", "latex2sympy2_extended", "pydantic", "hjson", "transformers",
+            "prl.training.train", "prl.generation.engines.hf_engine", "prl.grading.verifier", "prl.store.db"):
+    try:
+        importlib.import_module(mod)
+    except Exception as e:  # noqa: BLE001 - reported, then the check stops
+        problems.append(f"import {mod}: {type(e).__name__}: {e}")
+if not torch.cuda.is_available() and not rehearsal:
+    problems.append("torch sees no CUDA device (torch.cuda.is_available() is False)")
+(work / "env.json").write_text(json.dumps({"machine": machine, "versions": versions, "problems": problems}, indent=1))
+for p in problems:
+    print("error:", p)
+sys.exit(1 if problems else 0)
+PY
+
+# ── build: a random SmolLM2-135M ─────────────────────────────────────────────────────────────
+phase build 150 "$PY" - <<'PY' || die "the random model could not be built; the engine and trainer need it"
+import json, os, shutil, time
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+conf, model_dir, work = Path(os.environ["GC_CONF"]), Path(os.environ["GC_MODEL"]), Path(os.environ["GC_WORK"])
+layers, dtype = int(os.environ["GC_LAYERS"]), os.environ["GC_DTYPE"]
+t0 = time.perf_counter()
+cfg = AutoConfig.from_pretrained(conf)
+if layers:
+    cfg.num_hidden_layers = layers
+torch.manual_seed(0)
+model = AutoModelForCausalLM.from_config(cfg)
+model.to(torch.bfloat16 if dtype == "bfloat16" else torch.float32)
+shutil.rmtree(model_dir, ignore_errors=True)
+model.save_pretrained(model_dir, safe_serialization=True)
+for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+    shutil.copy(conf / f, model_dir / f)
+tok = AutoTokenizer.from_pretrained(model_dir)
+assert tok.chat_template, "the tokenizer lost its chat template"
+n = sum(p.numel() for p in model.parameters())
+info = {"dir": str(model_dir), "architecture": type(model).__name__, "n_parameters": n, "layers": cfg.num_hidden_layers,
+        "vocab_size": cfg.vocab_size, "saved_dtype": dtype, "init": "random (AutoModelForCausalLM.from_config, seed 0)",
+        "config_from": "SmolLM2-135M-Instruct (.gpu/smollm2-config)", "seconds": round(time.perf_counter() - t0, 1),
+        "files": sorted(p.name for p in model_dir.iterdir())}
+(work / "build.json").write_text(json.dumps(info, indent=1))
+print(json.dumps(info, indent=1))
+PY
+
+# ── rollouts: the HF engine ─────────────────────────────────────────────────────────────────
+phase rollouts 180 "$PY" - <<'PY' || true
+import json, os, time
+from pathlib import Path
+
+import torch
+from prl.data.datasets import load_dataset
+from prl.generation.engines import SamplingConfig, make_engine
+
+work, model_dir = Path(os.environ["GC_WORK"]), os.environ["GC_MODEL"]
+rehearsal = os.environ["GC_REHEARSAL"] == "1"
+n_problems, n, max_tokens, dtype = (int(os.environ["GC_PROBLEMS"]), int(os.environ["GC_N"]),
+                                    int(os.environ["GC_GEN_TOKENS"]), os.environ["GC_DTYPE"])
+cuda = torch.cuda.is_available()
+sync = torch.cuda.synchronize if cuda else (lambda: None)
+problems, _ = load_dataset("math500", flag_raw_only=False)
+problems = problems[:n_problems]
+t0 = time.perf_counter()
+engine = make_engine("hf", model_dir, dtype=dtype)
+load_s = time.perf_counter() - t0
+print(f"engine: {engine.name} on {engine.device}, {dtype}, batch_size {engine.batch_size}, "
+      f"attention {getattr(engine.model.config, '_attn_implementation', None)}, load {load_s:.1f} s")
+if not rehearsal and engine.device.type != "cuda":
+    raise SystemExit(f"error: HFEngine picked {engine.device}, not cuda")
+prompts = engine.build_prompts([p.problem for p in problems])
+prompt_tokens = [len(x) for x in engine.encode(prompts)]
+sampling = SamplingConfig(n=n, temperature=1.0, top_p=1.0, max_tokens=max_tokens, seed=0, logprobs=True,
+                          ignore_eos=True)
+t0 = time.perf_counter()
+engine.generate(prompts[:2], SamplingConfig(n=2, max_tokens=8, seed=1, ignore_eos=True))  # warm-up
+sync()
+warm_s = time.perf_counter() - t0
+if cuda:
+    torch.cuda.reset_peak_memory_stats()
+t0 = time.perf_counter()
+samples = engine.generate(prompts, sampling)
+sync()
+seconds = time.perf_counter() - t0
+lengths = sorted({s.n_tokens for s in samples})
+assert len(samples) == len(prompts) * n, len(samples)
+assert lengths == [max_tokens], f"samples not all {max_tokens} tokens: {lengths[:5]}"
+assert all(s.logprobs is not None and len(s.logprobs) == s.n_tokens for s in samples)
+tokens = sum(s.n_tokens for s in samples)
+info = {"engine": "hf", "device": str(engine.device), "dtype": dtype, "batch_size": engine.batch_size,
+        "attn_implementation": getattr(engine.model.config, "_attn_implementation", None),
+        "dataset": "math500", "prompts": len(prompts), "n": n, "max_tokens": max_tokens, "ignore_eos": True,
+        "logprobs": True, "temperature": 1.0, "prompt_format": engine.prompt_format,
+        "prompt_tokens_mean": round(sum(prompt_tokens) / len(prompt_tokens), 1), "prompt_tokens_max": max(prompt_tokens),
+        "generate_calls": -(-len(prompts) // max(1, engine.batch_size // n)),
+        "generated_tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1),
+        "engine_load_s": round(load_s, 2), "warmup_s": round(warm_s, 2),
+        "peak_gpu_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None}
+(work / "rollouts.json").write_text(json.dumps(info, indent=1))
+print(json.dumps(info, indent=1))
+engine.close()
+PY
+
+# ── train: 3 PRL steps through the real trainer ──────────────────────────────────────────────
+CFG=$WORK/train.yaml
+"$PY" - <<'PY'
+import os, json
+from pathlib import Path
+
+e = os.environ
+work = Path(e["GC_WORK"])
+rehearsal = e["GC_REHEARSAL"] == "1"
+cfg = {
+    "algorithm": {"estimator": "prl", "eta": 20, "step_split": "text:\n\n", "order": "advantage_first",
+                  "n_samples": int(e["GC_N_SAMPLES"]), "clip_low": 0.2, "clip_high": 0.2, "dual_clip": 3.0,
+                  "loss_agg": "token-mean", "kl_loss_coef": 0.0},
+    "train": {"model": e["GC_MODEL"], "out_dir": str(work / "train_out"), "db": str(work / "store.duckdb"),
+              "run_id": "gpu_check_rehearsal" if rehearsal else "gpu_check", "seed": 0,
+              "steps": int(e["GC_STEPS"]), "prompts_per_step": int(e["GC_PROMPTS_PER_STEP"]),
+              "train_data": "synth_train", "train_size": 1000, "max_tokens": int(e["GC_TRAIN_TOKENS"]),
+              "temperature": 1.0, "engine": "hf", "weight_sync": "memory", "lr": 1.0e-6, "ppo_epochs": 1,
+              "mini_batch_size": int(e["GC_MINI"]), "micro_batch_size": int(e["GC_MICRO"]), "grad_clip": 1.0,
+              "zero_stage": int(e["GC_ZERO"]), "dtype": e["GC_DTYPE"], "checkpoint_every": int(e["GC_STEPS"]),
+              "keep_checkpoints": 1, "eval_every": 0, "eval_datasets": [], "segments_per_step": 4,
+              "verifier_workers": int(e["GC_VERIFIERS"])},
+}
+import yaml
+(work / "train.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+from prl.training.config import RunConfig
+rc = RunConfig.from_yaml(work / "train.yaml")
+rc.train.validate(rc.algorithm, 1)
+print(f"config {work / 'train.yaml'} parses and validates:")
+print(yaml.safe_dump(cfg, sort_keys=False), end="")
+PY
+if command -v nvidia-smi >/dev/null && [ "$REHEARSAL" != 1 ]; then
+  nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader,nounits -lms 500 >"$WORK/smi_train.csv" 2>/dev/null &
+  SMI_PID=$!
+fi
+TRAIN_T0=$SECONDS
+# stdout carries only the final JSON line; the step lines and library logs go to stderr, shown as they come.
+phase train 330 env DS_ACCELERATOR="$( [ "$REHEARSAL" = 1 ] && echo cpu || echo cuda )" bash -c \
+  '"$0" -m prl.training.train --config "$1" --no-progress >"$2" 2> >(tee "$3" >&2); rc=$?; wait $! 2>/dev/null; exit $rc' \
+  "$PY" "$CFG" "$WORK/train.stdout" "$WORK/train.stderr" || true
+TRAIN_S=$((SECONDS - TRAIN_T0))
+if [ -n "${SMI_PID:-}" ]; then kill "$SMI_PID" 2>/dev/null || true; wait "$SMI_PID" 2>/dev/null || true; SMI_PID=; fi
+export GC_TRAIN_S=$TRAIN_S
+timeout 60 "$PY" - <<'PY' || say "!! could not read the training run's results"
+import json, os
+from pathlib import Path
+
+import duckdb, yaml
+
+work = Path(os.environ["GC_WORK"])
+cfg = yaml.safe_load((work / "train.yaml").read_text())
+t = cfg["train"]
+final = None
+lines = (work / "train.stdout").read_text().strip().splitlines() if (work / "train.stdout").is_file() else []
+for line in reversed(lines):
+    try:
+        final = json.loads(line)
+        break
+    except ValueError:
+        continue
+err = (work / "train.stderr").read_text(errors="replace").splitlines() if (work / "train.stderr").is_file() else []
+step_lines = [l for l in err if l.startswith("[train] step ")]
+errors = [l for l in err if l.startswith("error:") or "Error" in l.split(":")[0]][-5:]
+steps = []
+if Path(t["db"]).is_file():
+    con = duckdb.connect(t["db"], read_only=True)
+    rows = con.execute("SELECT step, name, value FROM train_metrics WHERE run_id = ? ORDER BY step, name",
+                       [t["run_id"]]).fetchall()
+    con.close()
+    by = {}
+    for step, name, value in rows:
+        by.setdefault(step, {"step": step})[name] = value
+    rollouts = t["prompts_per_step"] * cfg["algorithm"]["n_samples"]
+    for s in sorted(by):
+        d = by[s]
+        if d.get("time/generate") and d.get("response/length") is not None:
+            d["rollout_tokens_per_s"] = round(rollouts * d["response/length"] / d["time/generate"], 1)
+        steps.append(d)
+keys = ["time/step", "time/generate", "time/verify", "time/logprobs", "time/update", "time/sync",
+        "rollout_tokens_per_s"]
+later = steps[1:]
+mean = {k: round(sum(s[k] for s in later) / len(later), 3) for k in keys if later and all(k in s for s in later)}
+smi = work / "smi_train.csv"
+gpu_mem = None
+if smi.is_file():
+    used = [int(l.split(",")[0]) for l in smi.read_text().splitlines() if l.split(",")[0].strip().isdigit()]
+    gpu_mem = round(max(used) / 1024, 2) if used else None
+info = {"config": {**t, **{k: cfg["algorithm"][k] for k in ("estimator", "n_samples", "eta", "step_split")}},
+        "command": "python3 -m prl.training.train --config train.yaml --no-progress", "process_s": int(os.environ["GC_TRAIN_S"]),
+        "final": final, "step_lines": step_lines, "steps": steps, "mean_after_first": mean or None,
+        "peak_gpu_mem_used_gib_nvidia_smi": gpu_mem, "stderr_errors": errors}
+(work / "train.json").write_text(json.dumps(info, indent=1, default=str))
+print(f"{len(step_lines)} step line(s), {len(steps)} step(s) in train_metrics; final: {final}")
+if not steps:
+    raise SystemExit("error: no train_metrics rows for the run")
+PY
