@@ -132,7 +132,7 @@ def train_phases(model: Path, sync: str) -> dict:
     for _step, name, value in rows:
         per.setdefault(name, []).append(value)
     return {"weight_sync": sync, "wall_s": round(wall, 1), "steps_reported": [2, 3], "rollouts_per_step": 16,
-            "mean": {k: round(statistics.mean(v), 4) for k, v in sorted(per.items())}}
+            "mean": {k: float(f"{statistics.mean(v):.4g}") for k, v in sorted(per.items())}}
 
 
 def main() -> int:
