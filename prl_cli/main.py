@@ -15,7 +15,9 @@ reasoning. Subcommands available in this version:
   selfcheck        recompute the worked example of the PRL math and the core invariants
   config check     validate an algorithm config file and print it with defaults resolved
   data synth       write the synthetic arithmetic task (train/test JSONL)
-  model build-tiny build the embedded tiny model (tokenizer + Llama weights) from a seed
+  model build-tiny build the embedded tiny model (tokenizer + Llama weights) from a seed;
+                   --arch qwen2 --tokenizer qwen2.5: a tiny Qwen2 with Qwen2.5's real tokenizer
+  model import     convert a GGUF checkpoint (or --smollm2: SmolLM2-135M-Instruct) into a HF directory
   model sft        warm-start a model on the synthetic task, reporting accuracy before/after
   generate         sample n responses per problem with the vllm or hf engine
   eval             evaluate a model on benchmarks into a store (Prefect flow, resumable)
@@ -88,12 +90,13 @@ def _is_user_error(e: Exception) -> bool:
     from prl.evaluation.report import ReportError
     from prl.store.db import StoreError
 
+    from prl.models.importer import ModelImportError
     from prl.training.train import CheckpointError
 
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
         return True  # a full disk or quota: "error: [Errno 28] No space left on device: 'PATH'"
     return isinstance(e, (ConfigError, DatasetError, EngineError, EvalError, PromptError, ReportError, StoreError,
-                          CheckpointError))
+                          CheckpointError, ModelImportError))
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ def _cmd_sft(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     """Add ``model`` to the ``prl`` command's subparsers."""
-    p = sub.add_parser("model", help="the embedded tiny model")
+    p = sub.add_parser("model", help="models: build the tiny ones, import a GGUF checkpoint, warm-start on the synthetic task")
     msub = p.add_subparsers(dest="model_command", metavar="ACTION", required=True)
     m = msub.add_parser(
         "build-tiny",

@@ -48,10 +48,12 @@ def test_the_wheel_ships_every_package_and_the_sql(tmp_path):
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     on_disk = {".".join(p.parent.relative_to(ROOT).parts) for root in ("prl_core", "prl", "prl_cli", "flows", "dashboard")
                for p in (ROOT / root).rglob("*.py") if "__pycache__" not in p.parts}
-    assert listed == on_disk | {"prl.sql"}
+    assert listed == on_disk | {"prl.sql", "prl.model_configs"}  # the two folders mapped in package-dir
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
                         str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     names = zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist()
     assert {"prl/sql/schema.sql", "prl/sql/queries.sql", "prl/data/benchmarks/math500.jsonl",
-            "prl/data/paper_tables.csv", "prl_cli/main.py"} <= set(names)
+            "prl/data/paper_tables.csv", "prl_cli/main.py", "prl/model_configs/Qwen2.5-Math-1.5B/config.json",
+            "prl/model_configs/Qwen2.5-Math-1.5B/prl_model.json", "prl/models/assets/qwen2.5/added_tokens.json",
+            "prl/models/assets/qwen2.5/chat_template.jinja"} <= set(names)

@@ -616,3 +616,8 @@ class TestVLLM:
             assert (engine.info()["weight_updates"], engine.info()["memory_updates"]) == (1, 1)
         finally:
             engine.close()
+        # vLLM's CPU worker made torch.set_num_threads a no-op in this process; closing puts it back
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(before)

@@ -195,7 +195,7 @@ def pack(prompt_ids: list[list[int]], samples: list, pad_id: int) -> dict[str, t
         n = len(s.token_ids)
         response[b, :n] = torch.tensor(s.token_ids, dtype=torch.long)
         mask[b, :n] = True
-        if s.logprobs is not None:
+        if getattr(s, "logprobs", None) is not None:
             rollout_logp[b, :n] = torch.tensor(s.logprobs, dtype=torch.float32)
     prompt_len = torch.tensor([len(prompt_ids[s.prompt_index]) for s in samples], dtype=torch.long)
     return {"input_ids": input_ids, "attention": attention, "prompt_len": prompt_len, "response_ids": response,

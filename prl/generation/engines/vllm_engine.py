@@ -309,6 +309,12 @@ class VLLMEngine(Engine):
             kwargs["enable_chunked_prefill"] = False  # per-request seeds need whole prefills on CPU
         kwargs.update(llm_kwargs)
         t0 = time.perf_counter()
+        import torch
+
+        # vLLM's CPU worker replaces torch.set_num_threads with a no-op once it has bound its threads; in
+        # this process (in_process) that outlived the engine and silently ignored every later caller (SFT's
+        # and the trainer's fixed thread counts). Put the function back when the engine closes.
+        self._set_num_threads = torch.set_num_threads
         saved = os.environ.get(_MP_ENV)
         if self.in_process:
             os.environ[_MP_ENV] = "0"  # read while the engine is built, not afterwards
@@ -324,6 +330,7 @@ class VLLMEngine(Engine):
                 hint = " (lower gpu_memory_utilization, e.g. 0.1)"
             elif "Unsupported CPU attention" in msg:
                 hint = " (use engine 'hf')"
+            torch.set_num_threads = self._set_num_threads
             raise EngineError(f"vLLM failed to start on {self.model_dir}: {type(e).__name__}: {msg}{hint}") from e
         finally:
             if self.in_process:
@@ -454,6 +461,9 @@ class VLLMEngine(Engine):
             pass
         del llm
         gc.collect()
+        import torch
+
+        torch.set_num_threads = self._set_num_threads  # vLLM's no-op replacement goes with the engine
 
     def __del__(self) -> None:
         try:
