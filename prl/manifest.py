@@ -9,6 +9,7 @@ that the producers' output carries these keys.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import subprocess
@@ -111,3 +112,12 @@ def run_manifest(kind: str, *, config: dict[str, Any] | None, seed: int | None) 
         "python": platform.python_version(),
         "argv": list(sys.argv),
     }
+
+
+def sha256_file(path: str | Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks (source files, prompts, checkpoints in manifests)."""
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

