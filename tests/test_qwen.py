@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from prl.generation.prompts import build_prompt
-from prl.models.qwen import asset_path, build_tiny_qwen2
+from prl.models.qwen import asset_path
 from prl.models.tiny import file_hashes
 from prl_core.steps import step_boundaries
 
