@@ -21,6 +21,8 @@ reasoning. Subcommands available in this version:
   model sft        warm-start a model on the synthetic task, reporting accuracy before/after
   generate         sample n responses per problem with the vllm or hf engine
   eval             evaluate a model on benchmarks into a store (Prefect flow, resumable)
+  import           import other tools' generations (lighteval, lm-eval, Inspect, verl, JSON) and verify them
+  rescore          re-verify a stored run under the current verifier into a new run
   train            train with PRL / GRPO / Dr.GRPO / RAFT on DeepSpeed (Prefect flow, resumable)
   report           scores of stored runs with CIs, a paired comparison, the paper's rows
   sql              run one read-only SQL query on a store
@@ -31,9 +33,10 @@ reasoning. Subcommands available in this version:
 
 
 
-COMMANDS = ("selfcheck", "config", "data", "model", "generate", "verify", "sql", "eval", "train", "dashboard",
-            "report", "demo")
-"""Subcommands in --help order; each is the module ``prl_cli.<name>`` (``eval_`` for eval) with ``register(sub)``."""
+COMMANDS = ("selfcheck", "config", "data", "model", "generate", "verify", "sql", "eval", "import", "rescore", "train",
+            "dashboard", "report", "demo")
+"""Subcommands in --help order; each is the module ``prl_cli.<name>`` (``eval_``, ``import_`` for the keywords) with
+``register(sub)``."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "run's log file")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"prl_cli.{'eval_' if name == 'eval' else name}").register(sub)
+        importlib.import_module(f"prl_cli.{name + '_' if name in ('eval', 'import') else name}").register(sub)
     return parser
 
 
@@ -90,13 +93,15 @@ def _is_user_error(e: Exception) -> bool:
     from prl.evaluation.report import ReportError
     from prl.store.db import StoreError
 
+    from prl.imports.formats import FormatError
+    from prl.imports.run import ImportRunError
     from prl.models.importer import ModelImportError
     from prl.training.train import CheckpointError
 
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
         return True  # a full disk or quota: "error: [Errno 28] No space left on device: 'PATH'"
     return isinstance(e, (ConfigError, DatasetError, EngineError, EvalError, PromptError, ReportError, StoreError,
-                          CheckpointError, ModelImportError))
+                          CheckpointError, ModelImportError, FormatError, ImportRunError))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -11,10 +12,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if args.db is None:
         print(render_check(load_paper_tables()))
         return 0
-    from prl.evaluation.report import report
+    from prl.evaluation.report import ReportError, report
     from prl.store.db import Store
 
     store = Store(args.db, create=False)
+    if args.agreement:
+        from prl.evaluation.agreement import agreement, render_agreement
+
+        result = agreement(store, args.agreement, args.against)
+        print(json.dumps(result, indent=2, default=str) if args.json else render_agreement(result, full=args.full))
+        return 0
+    if args.against:
+        raise ReportError("--against goes with --agreement RUN")
     runs = [r.strip() for r in args.runs.split(",") if r.strip()] if args.runs else None
     ks = [int(k) for k in args.k.split(",")] if args.k else None
     print(report(store, runs, ks, as_json=args.json, include_paper=not args.no_paper))
@@ -40,8 +49,16 @@ printed and the report says there is nothing in common to compare.
 Always: the paper's Tables 1 and 3 as reference rows, with each row's "5 Avg" recomputed from
 its columns (sizes 500/272/675/40/30) and the row that does not match flagged.
 
-example:
+With --agreement RUN: our verdicts in RUN against the labels its source file gave each
+response (an imported run), or against another run's verdicts with --against RUN2 (a rescore
+and its original, two graders on one file): the 2x2 counts, Cohen's kappa, both accuracies and
+the reported one, then every disagreeing sample with problem, gold, response and both
+extractions, and the source rows that matched no problem.
+
+examples:
   prl report --db runs/store.duckdb --runs base-run,prl-run --k 1,8
+  prl report --db runs/store.duckdb --agreement import-saturn-1a2b3c4d
+  prl report --db runs/store.duckdb --agreement RUN.rescore --against RUN
 """)
     p.add_argument("--db", default=None, help="store file; without it only the paper's rows are checked")
     p.add_argument("--runs", default=None,
@@ -50,4 +67,9 @@ example:
     p.add_argument("--k", default=None, help="comma-separated k for pass@k (default 1,2,4,8,… up to n)")
     p.add_argument("--json", action="store_true", help="machine-readable JSON instead of tables")
     p.add_argument("--no-paper", action="store_true", help="leave out the paper's reference rows")
+    p.add_argument("--agreement", default=None, metavar="RUN",
+                   help="compare RUN's verdicts with its source's labels (or with --against's run) sample by sample")
+    p.add_argument("--against", default=None, metavar="RUN2", help="with --agreement: the other run to compare with")
+    p.add_argument("--full", action="store_true", help="with --agreement: whole problems and responses, every "
+                                                         "unmatched row")
     p.set_defaults(func=_cmd_report)

@@ -10,7 +10,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from prl.data.datasets import normalize_gold
     from prl.grading.verifier import verify_one
 
-    gold = normalize_gold(args.dataset, args.gold) if args.dataset else args.gold
+    gold = normalize_gold(args.dataset or "", args.gold)  # the normalisation every data set gets, plus its own
     v = verify_one(args.response, gold, timeout_s=args.timeout)
     print(json.dumps({"verdict": v.verdict, "extracted_answer": v.extracted, "gold_normalized": gold,
                       "gold_raw": args.gold, "score": v.score, "ms": round(v.ms, 2), "detail": v.detail}, indent=2))
@@ -24,7 +24,8 @@ def register(sub) -> None:
         help="verify one response against a gold answer and say why",
         description="Run Math-Verify on one response and print JSON: the verdict (correct, wrong, no_answer, "
         "timeout, gold_unparsable, error), the extracted answer, the normalised gold and the time taken. "
-        "With --dataset the gold is normalised as that benchmark's loader does (e.g. minerva's boxed solution). "
+        "The gold is normalised as every data set's is ($ wrappers, e-notation such as 4.5e33); with --dataset also as "
+        "that benchmark's loader does (e.g. minerva's boxed solution). "
         "Example: prl verify --dataset minerva_math --gold 'so $\\boxed{4.5e33}$' --response '\\boxed{4.5\\times10^{33}}'",
     )
     p.add_argument("--gold", required=True, help="gold answer (raw)")

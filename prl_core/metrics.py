@@ -158,6 +158,35 @@ def mcnemar(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
     return {"gained": gained, "lost": lost, "p_value": min(1.0, 2 * tail)}
 
 
+def agreement_2x2(a: torch.Tensor, b: torch.Tensor) -> dict[str, int]:
+    """The 2×2 table of two graders' verdicts on the same samples: ``a``, ``b`` (N,) bool.
+
+    Keys: both_correct, a_only (a says correct, b wrong), b_only, both_wrong.
+    """
+    a, b = torch.as_tensor(a, dtype=torch.bool), torch.as_tensor(b, dtype=torch.bool)
+    if a.shape != b.shape or a.dim() != 1:
+        raise ValueError(f"a, b: need two (N,) tensors of one shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    return {"both_correct": int((a & b).sum()), "a_only": int((a & ~b).sum()), "b_only": int((~a & b).sum()),
+            "both_wrong": int((~a & ~b).sum())}
+
+
+def cohens_kappa(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Cohen's κ of two graders' binary verdicts on the same N samples, ``a``, ``b`` (N,) bool.
+
+    κ = (p_o − p_e) / (1 − p_e): p_o the share of samples they agree on, p_e the agreement expected
+    from their marginals alone. NaN where p_e = 1 (both give one verdict to every sample: κ is undefined)
+    or N = 0.
+    """
+    t = agreement_2x2(a, b)
+    n = sum(t.values())
+    if n == 0:
+        return math.nan
+    p_o = (t["both_correct"] + t["both_wrong"]) / n
+    pa, pb = (t["both_correct"] + t["a_only"]) / n, (t["both_correct"] + t["b_only"]) / n
+    p_e = pa * pb + (1 - pa) * (1 - pb)
+    return math.nan if p_e >= 1.0 else (p_o - p_e) / (1.0 - p_e)
+
+
 def aggregate_bootstrap_ci(scores: dict[str, torch.Tensor], *, how: str = "micro", iters: int = 2000,
                            alpha: float = 0.05, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap CI of the micro or macro aggregate of per-problem scores by data set.

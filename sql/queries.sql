@@ -166,3 +166,38 @@ WHERE run_id = $run_id AND step = $step ORDER BY rollout_idx;
 
 -- name: rollout_steps_for_run
 SELECT DISTINCT step FROM train_rollouts WHERE run_id = $run_id ORDER BY step;
+
+-- name: import_summary_for_run
+-- samples, our correct count, samples with a source label, the source's correct count (label > 0.5) and the
+-- samples where both agree (prl.imports.formats.label_correct is the same rule)
+SELECT count(*) AS samples,
+       sum(CASE WHEN verdict = 'correct' THEN 1 ELSE 0 END) AS correct,
+       count(source_label) AS labelled,
+       sum(CASE WHEN source_label > 0.5 THEN 1 ELSE 0 END) AS source_correct,
+       sum(CASE WHEN source_label IS NOT NULL AND (verdict = 'correct') = (source_label > 0.5) THEN 1 ELSE 0 END) AS agree
+FROM samples WHERE run_id = $run_id;
+
+-- name: agreement_with_source
+-- an imported run's samples with our verdict and the source's own label side by side (prl report --agreement)
+SELECT s.dataset, s.problem_id, s.sample_idx, p.problem, p.gold_normalized AS gold, s.response, s.verdict,
+       s.extracted_answer, s.verdict_detail, s.source_label, s.source_answer, s.source_gold, s.source_ref
+FROM samples s JOIN problems p ON p.dataset = s.dataset AND p.problem_id = s.problem_id
+WHERE s.run_id = $run_id ORDER BY s.dataset, s.problem_id, s.sample_idx;
+
+-- name: agreement_between_runs
+-- the samples two runs share (same problem and sample index), with both verdicts (prl report --agreement A --against B)
+SELECT a.dataset, a.problem_id, a.sample_idx, p.problem, p.gold_normalized AS gold, a.response, a.verdict,
+       a.extracted_answer, a.verdict_detail, b.verdict AS other_verdict, b.extracted_answer AS other_answer,
+       b.response AS other_response, b.verdict_detail AS other_detail
+FROM samples a
+JOIN samples b ON b.dataset = a.dataset AND b.problem_id = a.problem_id AND b.sample_idx = a.sample_idx
+JOIN problems p ON p.dataset = a.dataset AND p.problem_id = a.problem_id
+WHERE a.run_id = $run_id AND b.run_id = $other_run_id
+ORDER BY a.dataset, a.problem_id, a.sample_idx;
+
+-- name: samples_with_gold_for_run
+-- a run's samples with their problem's raw and normalised gold, for re-verification (prl rescore)
+SELECT s.dataset, s.problem_id, s.sample_idx, s.response, s.n_tokens, s.finish_reason, s.source_label,
+       s.source_answer, s.source_gold, s.source_ref, s.verdict, p.problem, p.gold, p.gold_normalized
+FROM samples s JOIN problems p ON p.dataset = s.dataset AND p.problem_id = s.problem_id
+WHERE s.run_id = $run_id ORDER BY s.dataset, s.problem_id, s.sample_idx;

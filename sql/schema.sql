@@ -3,7 +3,7 @@
 
 CREATE TABLE IF NOT EXISTS runs (
     run_id      VARCHAR PRIMARY KEY,
-    kind        VARCHAR NOT NULL,            -- 'eval' | 'train' | 'reference'
+    kind        VARCHAR NOT NULL,            -- 'eval' | 'train' | 'reference' | 'imported' (another tool's generations) | 'rescore'
     model       VARCHAR,
     created_at  TIMESTAMP NOT NULL DEFAULT current_timestamp,
     status      VARCHAR NOT NULL,            -- 'running' | 'finished' | 'failed'
@@ -37,11 +37,21 @@ CREATE TABLE IF NOT EXISTS samples (
     verify_ms        DOUBLE,
     relevance        DOUBLE,                 -- share of the problem's content terms the reasoning uses (prl.grading.relevance)
     answer_only      BOOLEAN,                -- the response is (almost) nothing but its final answer
+    verdict_detail   VARCHAR,                -- why, where the verdict needs it (a timeout, an error, a known Math-Verify limitation)
+    source_label     DOUBLE,                 -- imported runs: the source tool's own per-response score (correct when > 0.5)
+    source_answer    VARCHAR,                -- imported runs: the answer the source tool extracted, where it wrote one
+    source_gold      VARCHAR,                -- imported runs: the gold answer as the source file has it
+    source_ref       VARCHAR,                -- imported runs: file and line/row the response came from
     PRIMARY KEY (run_id, dataset, problem_id, sample_idx)
 );
 -- stores made before these columns existed
 ALTER TABLE samples ADD COLUMN IF NOT EXISTS relevance DOUBLE;
 ALTER TABLE samples ADD COLUMN IF NOT EXISTS answer_only BOOLEAN;
+ALTER TABLE samples ADD COLUMN IF NOT EXISTS verdict_detail VARCHAR;
+ALTER TABLE samples ADD COLUMN IF NOT EXISTS source_label DOUBLE;
+ALTER TABLE samples ADD COLUMN IF NOT EXISTS source_answer VARCHAR;
+ALTER TABLE samples ADD COLUMN IF NOT EXISTS source_gold VARCHAR;
+ALTER TABLE samples ADD COLUMN IF NOT EXISTS source_ref VARCHAR;
 
 CREATE TABLE IF NOT EXISTS train_metrics (
     run_id VARCHAR NOT NULL,

@@ -4,11 +4,12 @@ one problem schema with stable ids and normalised golds (DESIGN §3).
     Problem(dataset, problem_id, problem, gold_normalized, gold_raw, meta)
 
 ``gold`` is what the verifier compares against; ``gold_raw`` is the field exactly as the file
-has it (JSON-encoded), kept beside it. Normalisation, per data set:
+has it (JSON-encoded), kept beside it. Normalisation, for every data set (bundled, synthetic, user files, imports): ``$…$`` wrappers are
+stripped, e-notation (``4.5e33``) is rewritten as ``4.5 \\times 10^{33}`` (Math-Verify reads
+``4.5e33`` as 4.5·e·33) and integral floats become integers. Per data set, before that:
 
 - minerva_math: the ``answer`` field is a whole solution; the gold is its (last) ``\\boxed{}``
-  content, with e-notation (``4.5e33``) rewritten as ``4.5 \\times 10^{33}`` (Math-Verify reads
-  ``4.5e33`` as 4.5·e·33).
+  content.
 - olympiad_bench: ``answer`` is a list; ``$…$`` wrappers are stripped and several answers are
   joined with ", ". A null ``context`` is recorded in ``meta`` (some problems refer to a part
   that is not there).
@@ -100,7 +101,7 @@ def normalize_gold(dataset: str, answer: Any) -> str:
         return e_notation_to_latex(boxed if boxed is not None else str(answer).strip())
     if dataset == "olympiad_bench":
         items = answer if isinstance(answer, list) else [answer]
-        return ", ".join(_strip_dollars(str(a)) for a in items)
+        return e_notation_to_latex(", ".join(_strip_dollars(str(a)) for a in items))
     if dataset == "amc23":
         try:
             value = float(answer)
@@ -114,7 +115,7 @@ def normalize_gold(dataset: str, answer: Any) -> str:
         return (s.lstrip("0") or "0") if s.isdigit() else s
     if isinstance(answer, float) and answer.is_integer():
         return str(int(answer))
-    return str(answer).strip()
+    return e_notation_to_latex(_strip_dollars(str(answer)))
 
 
 _LATEX_CMD = re.compile(r"\\[A-Za-z]+")

@@ -28,7 +28,7 @@ from prl.data.datasets import Problem
 from prl.evaluation.steps import check_prompts, generate_chunk, start_engine, verify_chunk
 from prl.generation.prompts import template_record
 from prl.grading.verifier import VerifierPool
-from prl.store.db import SAMPLE_COLUMNS, Store, StoreError, sample_schema, samples_table
+from prl.store.db import OPTIONAL_SAMPLE_COLUMNS, SAMPLE_COLUMNS, Store, StoreError, sample_schema, samples_table
 
 
 class ShardError(StoreError):
@@ -132,6 +132,7 @@ def run_shards_here(cfg, run_id: str, shards: Sequence[Shard], directory: Path):
 
 def read_shard(path: str | Path, run_id: str):
     """A shard file as an Arrow table with the samples schema; :class:`ShardError` if unusable."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = Path(path)
@@ -141,9 +142,12 @@ def read_shard(path: str | Path, run_id: str):
         table = pq.read_table(path)
     except Exception as e:  # truncated, not Parquet, unreadable
         raise ShardError(f"{path}: not a readable Parquet shard ({type(e).__name__}: {e}); {recover}") from None
-    missing = [c for c in SAMPLE_COLUMNS if c not in table.column_names]
+    missing = [c for c in SAMPLE_COLUMNS if c not in table.column_names and c not in OPTIONAL_SAMPLE_COLUMNS]
     if missing:
         raise ShardError(f"{path}: column(s) {', '.join(missing)} missing; {recover}")
+    for name in OPTIONAL_SAMPLE_COLUMNS:  # a shard written before the column existed
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(len(table), sample_schema().field(name).type))
     try:
         table = table.select(list(SAMPLE_COLUMNS)).cast(sample_schema())
     except Exception as e:

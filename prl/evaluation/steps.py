@@ -162,6 +162,7 @@ def verify_chunk(pool, run_id: str, problems: Sequence[Problem], samples: Sequen
             "response": s.text, "extracted_answer": v.extracted, "verdict": v.verdict, "score": v.score,
             "n_tokens": s.n_tokens, "finish_reason": s.finish_reason, "verify_ms": round(v.ms, 3),
             "relevance": relevance(p.problem, s.text), "answer_only": answer_only(s.text),
+            "verdict_detail": v.detail or None,
         })
     return rows
 

@@ -44,7 +44,10 @@ _LOCK_HOLDER = re.compile(r"Conflicting lock is held in (.*?)(?: See also|$)")
 
 # Column order of the samples relation, as the bulk insert binds it.
 SAMPLE_COLUMNS = ("run_id", "dataset", "problem_id", "sample_idx", "response", "extracted_answer", "verdict",
-                  "score", "n_tokens", "finish_reason", "verify_ms", "relevance", "answer_only")
+                  "score", "n_tokens", "finish_reason", "verify_ms", "relevance", "answer_only", "verdict_detail",
+                  "source_label", "source_answer", "source_gold", "source_ref")
+OPTIONAL_SAMPLE_COLUMNS = ("verdict_detail", "source_label", "source_answer", "source_gold", "source_ref")
+"""Columns a row may leave out (NULL): shard files written before they existed, runs made here (no source)."""
 
 
 def sample_schema():
@@ -52,7 +55,7 @@ def sample_schema():
     import pyarrow as pa
 
     types = {"sample_idx": pa.int32(), "score": pa.float64(), "n_tokens": pa.int32(), "verify_ms": pa.float64(),
-             "relevance": pa.float64(), "answer_only": pa.bool_()}
+             "relevance": pa.float64(), "answer_only": pa.bool_(), "source_label": pa.float64()}
     return pa.schema([(c, types.get(c, pa.string())) for c in SAMPLE_COLUMNS])
 
 
@@ -275,6 +278,13 @@ class Store:
         """Rows of a named read query."""
         with self.read() as con:
             return con.execute(self._sql(name), _binds(params)).fetchall()
+
+    def records(self, name: str, **params: Any) -> list[dict[str, Any]]:
+        """Rows of a named read query as named records ({column: value})."""
+        with self.read() as con:
+            cur = con.execute(self._sql(name), _binds(params))
+            cols = [d[0] for d in cur.description]
+            return [dict(zip(cols, r)) for r in cur.fetchall()]
 
     def df(self, name: str, **params: Any):
         """A named read query as a pandas DataFrame."""

@@ -1,0 +1,62 @@
+"""``prl import``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from prl.imports.formats import FORMATS
+from prl.imports.run import ImportConfig
+from prl.options import add_config_arguments, config_kwargs
+
+OPTIONS = ("dataset", "db", "run_id", "format", "model_name", "fields", "reported_accuracy", "verifier_workers",
+           "verify_timeout_s", "chunk_samples")
+"""The ImportConfig fields `prl import` exposes (flags, defaults and help come from the fields)."""
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from prl.imports.run import run_import
+
+    cfg = ImportConfig(files=tuple(args.files), **config_kwargs(args, ImportConfig, OPTIONS))
+    summary = run_import(cfg, progress=not args.no_progress, log=lambda m: print(m, file=sys.stderr))
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def register(sub) -> None:
+    """Add ``import`` to the ``prl`` command's subparsers."""
+    p = sub.add_parser(
+        "import",
+        help="import other tools' generations (lighteval, lm-eval, Inspect, verl, JSON) into a store and verify them",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Read generation files made by other tools, map every row to a problem of --dataset (by id
+where the file has one, else by the problem's text, also when the file holds a whole prompt
+around it), and store each response as a sample of an *imported* run: verified by our verifier
+(verdicts as in prl eval), with the source's own per-row label and extracted answer kept beside
+ours. Rows that match no problem are counted and listed (and kept in the run's manifest), never
+stored; a file none of whose rows matches is an error. The manifest records each file's path,
+size, sha256, format, tool and version, and the accuracy the file reports.
+
+Formats (--format auto tells them apart by name and first row):
+  lighteval  details_<task>_<time>.parquet (+ results_<time>.json beside it)
+  lm-eval    samples_<task>_<time>.jsonl from --log_samples (+ results_<time>.json)
+  inspect    an Inspect .eval log (read with Inspect's own reader)
+  verl       a validation dump <step>.jsonl (trainer.validation_data_dir)
+  json       a JSON array or JSONL; --fields maps our names to the file's: problem, response
+             (text or a list of n), label, id, answer (their extraction), gold, sample
+
+Idempotent and resumable: the same command adds nothing the second time and finishes what a
+killed run left. A bad file is an error naming the file and line or row; nothing is stored then.
+
+examples:
+  prl import results/details_custom_aime24_0_*.parquet --dataset aime24 --db runs/store.duckdb
+  prl import amc_output.json --format json --dataset amc23 --reported-accuracy 0.6506 \\
+      --fields problem=question,response=generated_output,label=correct --db runs/store.duckdb
+  prl report --db runs/store.duckdb --agreement RUN
+""")
+    p.add_argument("files", nargs="+", metavar="FILE", help="source files, in the order their rows are numbered")
+    add_config_arguments(p, ImportConfig, OPTIONS, required=("dataset",), choices={"format": FORMATS})
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_import)
