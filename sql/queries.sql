@@ -78,8 +78,9 @@ FROM (SELECT dataset, score, strpos(split_part(response, 'The answer is', 1), '=
 GROUP BY dataset ORDER BY dataset;
 
 -- name: suspicious_passes_for_run
-SELECT dataset, problem_id, sample_idx, relevance, answer_only, extracted_answer, n_tokens
-FROM suspicious_passes WHERE run_id = $run_id ORDER BY answer_only DESC, relevance, dataset, problem_id, sample_idx
+SELECT dataset, problem_id, sample_idx, relevance, answer_only, fits_other, extracted_answer, n_tokens
+FROM suspicious_passes WHERE run_id = $run_id
+ORDER BY answer_only DESC, fits_other IS NULL, relevance, dataset, problem_id, sample_idx
 LIMIT $limit;
 
 
@@ -147,9 +148,9 @@ WHERE list_contains($run_ids, run_id) AND verdict = $verdict ORDER BY run_id, da
 LIMIT $limit;
 
 -- name: suspicious_passes_for_runs
-SELECT run_id, dataset, problem_id, sample_idx, relevance, answer_only, extracted_answer, n_tokens, response
+SELECT run_id, dataset, problem_id, sample_idx, relevance, answer_only, fits_other, extracted_answer, n_tokens, response
 FROM suspicious_passes WHERE list_contains($run_ids, run_id)
-ORDER BY answer_only DESC, relevance NULLS LAST, run_id, dataset, problem_id, sample_idx LIMIT $limit;
+ORDER BY answer_only DESC, fits_other IS NULL, relevance NULLS LAST, run_id, dataset, problem_id, sample_idx LIMIT $limit;
 
 -- name: train_metrics_for_runs
 SELECT run_id, step, name, value FROM train_metrics WHERE list_contains($run_ids, run_id) ORDER BY run_id, name, step;
@@ -201,3 +202,7 @@ SELECT s.dataset, s.problem_id, s.sample_idx, s.response, s.n_tokens, s.finish_r
        s.source_answer, s.source_gold, s.source_ref, s.verdict, p.problem, p.gold, p.gold_normalized
 FROM samples s JOIN problems p ON p.dataset = s.dataset AND p.problem_id = s.problem_id
 WHERE s.run_id = $run_id ORDER BY s.dataset, s.problem_id, s.sample_idx;
+
+-- name: problems_of_dataset
+SELECT dataset, problem_id, problem, gold, gold_normalized, meta FROM problems WHERE dataset = $dataset
+ORDER BY problem_id;

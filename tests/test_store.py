@@ -59,12 +59,15 @@ def test_suspicious_passes_view(store):
             sample("r1", "a", "a/3", 0, "correct")]
     rel = [0.9, 0.05, None, 0.01, 0.5]
     only = [False, False, True, False, False]
-    for r, x, o in zip(rows, rel, only):
-        r.update(relevance=x, answer_only=o)
+    other = [None, None, None, "a/9", "a/7"]
+    for r, x, o, f in zip(rows, rel, only, other):
+        r.update(relevance=x, answer_only=o, fits_other=f)
     store.insert_samples(rows)
-    # correct and (answer only or relevance < 0.15): a/1#1 (0.05) and a/2#0 (answer only); a/2#1 is wrong
+    # correct and (answer only, relevance < 0.15 or fits another problem better): a/2#0 (answer only), a/3#0
+    # (fits a/7 better), a/1#1 (0.05); a/2#1 is wrong
     assert store.rows("suspicious_passes_for_run", run_id="r1", limit=10) == [
-        ("a", "a/2", 0, None, True, None, 10), ("a", "a/1", 1, 0.05, False, None, 10)]
+        ("a", "a/2", 0, None, True, None, None, 10), ("a", "a/3", 0, 0.5, False, "a/7", None, 10),
+        ("a", "a/1", 1, 0.05, False, None, None, 10)]
 
 
 def test_answer_styles_split_worked_from_direct_answers(store):

@@ -64,9 +64,67 @@ def test_gold_queue_keeps_each_worker_on_its_gold_and_all_workers_busy():
     assert [one_gold.pop(w) for w in (0, 1, 0)] == [0, 1, 2]  # a lone gold still feeds both workers
 
 
-def test_gameable_answer_is_documented_behaviour():
-    # DESIGN §3: answer correctness is not reasoning validity; Math-Verify passes this one.
-    assert verify_one("\\boxed{x = 1 = 2}", "2").verdict == "correct"
+# ─── Math-Verify's reported false positives and negatives: our policy for each ─────────────
+
+def test_unequal_sides_do_not_pass_fixed_in_our_layer():
+    """DESIGN §3 measured Math-Verify passing ``\\boxed{x = 1 = 2}`` against 2 (it reads the last side).
+    Policy: a boxed equation whose symbol-free sides differ answers nothing: wrong, saying why."""
+    from math_verify import parse, verify
+
+    assert verify(parse("\\boxed{2}"), parse("\\boxed{x = 1 = 2}"))  # Math-Verify alone passes it
+    for response in ("\\boxed{x = 1 = 2}", "\\boxed{1 = 2}"):
+        v = verify_one(response, "2")
+        assert v.verdict == "wrong" and "chain of unequal sides" in v.detail
+    # equal sides and a variable named with its value still pass
+    for response in ("\\boxed{x = 2}", "\\boxed{x = 2 = \\frac{4}{2}}", "\\boxed{2}"):
+        assert verify_one(response, "2").verdict == "correct", response
+    assert verify_one("\\boxed{x \\le 2}", "x \\le 2").verdict == "correct"
+
+
+def test_numeric_tolerance_between_exact_numbers_fixed_in_our_layer():
+    """Math-Verify #14: ``1/2006!`` equals ``1/2004!`` (numbers compared to 6 decimals). Policy: exact
+    rationals must be equal exactly; decimals keep the tolerance, and 50% ≡ 50 stays Math-Verify's reading."""
+    from math_verify import parse, verify
+
+    assert verify(parse("\\boxed{\\frac{1}{2004!}}"), parse("\\boxed{\\frac{1}{2006!}}"))  # its false positive
+    v = verify_one("\\boxed{\\frac{1}{2006!}}", "\\frac{1}{2004!}")
+    assert v.verdict == "wrong" and "issue #14" in v.detail
+    assert verify_one("\\boxed{\\frac{1}{2004!}}", "\\frac{1}{2004!}").verdict == "correct"
+    assert verify_one("\\boxed{\\frac{2}{2\\cdot 2004!}}", "\\frac{1}{2004!}").verdict == "correct"
+    for response, gold in (("\\boxed{0.75}", "\\frac{3}{4}"), ("\\boxed{50\\%}", "50"), ("\\boxed{50\\%}", "\\frac12"),
+                           ("\\boxed{2^{10}}", "1024"), ("\\boxed{10^{100000}}", "10^{100000}")):
+        assert verify_one(response, gold).verdict == "correct", (response, gold)
+
+
+def test_markdown_bold_answers_are_read_math_verify_76():
+    """Math-Verify #76 (``**73**``, answers in markdown bold): this version reads them; policy: correct,
+    and the answer shown is the number, not the markup."""
+    for response in ("The answer is **73**", "So the final answer is **73**."):
+        v = verify_one(response, "73")
+        assert (v.verdict, v.extracted) == ("correct", "73"), response
+
+
+def test_dfrac_and_tfrac_golds_equal_frac_math_verify_70():
+    """Math-Verify #70 (``\\dfrac`` golds): with this version every spelling of a fraction matches."""
+    for response, gold in (("\\boxed{\\frac{3}{4}}", "\\dfrac{3}{4}"), ("\\boxed{\\dfrac34}", "\\frac{3}{4}"),
+                           ("\\boxed{\\tfrac{3}{4}}", "\\dfrac{3}{4}"), ("\\boxed{0.75}", "\\dfrac{3}{4}")):
+        assert verify_one(response, gold).verdict == "correct", (response, gold)
+    assert verify_one("\\boxed{\\dfrac{3}{5}}", "\\dfrac{3}{4}").verdict == "wrong"
+
+
+def test_the_generic_gold_normalisation_applies_without_a_dataset(capsys):
+    """e-notation golds are normalised for every data set: prl verify needs no --dataset for it."""
+    import json
+
+    from prl_cli.main import main
+
+    assert main(["verify", "--gold", "4.5e33", "--response", "\\boxed{4.5\\times10^{33}}"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "correct" and out["gold_normalized"] == "4.5 \\times 10^{33}"
+    from prl.data.datasets import normalize_gold
+
+    for dataset in ("math500", "aime24", "my_file", "olympiad_bench"):
+        assert normalize_gold(dataset, "$4.5e33$" if dataset != "olympiad_bench" else ["$4.5e33$"]) == "4.5 \\times 10^{33}"
 
 
 def test_fractional_timeouts_are_refused():

@@ -95,13 +95,23 @@ def _strip_dollars(s: str) -> str:
 
 
 def normalize_gold(dataset: str, answer: Any) -> str:
-    """The verifier's gold for one raw ``answer`` field of ``dataset``."""
+    """The verifier's gold for one raw ``answer`` field of ``dataset``: the data set's own step, then the
+    normalisation every data set gets (:func:`generic_gold`)."""
+    return generic_gold(_dataset_gold(dataset, answer))
+
+
+def generic_gold(gold: str) -> str:
+    """What every gold gets, whatever its data set: ``$…$`` stripped, e-notation rewritten."""
+    return e_notation_to_latex(_strip_dollars(gold))
+
+
+def _dataset_gold(dataset: str, answer: Any) -> str:
     if dataset == "minerva_math":
         boxed = last_boxed(str(answer))
-        return e_notation_to_latex(boxed if boxed is not None else str(answer).strip())
+        return boxed if boxed is not None else str(answer).strip()
     if dataset == "olympiad_bench":
         items = answer if isinstance(answer, list) else [answer]
-        return e_notation_to_latex(", ".join(_strip_dollars(str(a)) for a in items))
+        return ", ".join(_strip_dollars(str(a)) for a in items)
     if dataset == "amc23":
         try:
             value = float(answer)
@@ -111,11 +121,11 @@ def normalize_gold(dataset: str, answer: Any) -> str:
             raise ValueError(f"expected a finite number, got {answer!r}")
         return str(int(value)) if value.is_integer() else repr(value)
     if dataset == "aime24":
-        s = str(answer).strip()
+        s = _strip_dollars(str(answer))
         return (s.lstrip("0") or "0") if s.isdigit() else s
     if isinstance(answer, float) and answer.is_integer():
         return str(int(answer))
-    return e_notation_to_latex(_strip_dollars(str(answer)))
+    return str(answer)
 
 
 _LATEX_CMD = re.compile(r"\\[A-Za-z]+")

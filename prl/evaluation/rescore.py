@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 
 from prl.data.datasets import BENCHMARKS, SYNTHETIC, normalize_gold
 from prl.evaluation.report import ReportError
-from prl.grading.relevance import answer_only, relevance
+from prl.data.datasets import Problem
+from prl.grading.relevance import FitIndex, answer_only, fit_index, fits_other, relevance
 from prl.grading.verifier import VERDICTS, VerifierPool
 from prl.manifest import run_manifest
 from prl.store.db import Store
@@ -42,6 +43,25 @@ def renormalized_gold(dataset: str, gold_raw: str, gold_stored: str) -> str:
         return normalize_gold(dataset if dataset in BENCHMARKS else "", raw)
     except (ValueError, TypeError):
         return gold_stored
+
+
+def _problem(s: dict[str, Any]) -> Problem:
+    return Problem(s["dataset"], s["problem_id"], s["problem"], s["gold_normalized"], s["gold"])
+
+
+def _fit_index(store: Store, samples: list[dict[str, Any]]) -> FitIndex | None:
+    """The benchmark's index for a single-data-set run of a known benchmark; else one over the stored problems
+    of its data set (user files: the problems the store has)."""
+    datasets = {s["dataset"] for s in samples}
+    if len(datasets) != 1:
+        return None  # fits_other() then looks each bundled benchmark up itself
+    (name,) = datasets
+    known = fit_index(name)
+    if known is not None:
+        return known
+    rows = store.records("problems_of_dataset", dataset=name)
+    return FitIndex([Problem(r["dataset"], r["problem_id"], r["problem"], r["gold_normalized"], r["gold"],
+                             json.loads(r["meta"] or "{}")) for r in rows])
 
 
 def rescore_run(db: str, run_id: str, new_run_id: str | None = None, *, workers: int = 2, timeout_s: int = 5,
@@ -87,6 +107,7 @@ def rescore_run(db: str, run_id: str, new_run_id: str | None = None, *, workers:
     pending = [s for s in samples if (s["dataset"], s["problem_id"], s["sample_idx"]) not in stored]
     log(f"rescore {run_id} → {new_run_id}: {len(samples)} samples, {len(samples) - len(pending)} already rescored; "
         f"{len(gold_changes)} gold(s) normalise differently today")
+    index = _fit_index(store, samples)
     added = 0
     try:
         if pending:
@@ -102,6 +123,8 @@ def rescore_run(db: str, run_id: str, new_run_id: str | None = None, *, workers:
                              "n_tokens": s["n_tokens"], "finish_reason": s["finish_reason"],
                              "verify_ms": round(v.ms, 3), "relevance": relevance(s["problem"], s["response"]),
                              "answer_only": answer_only(s["response"]), "verdict_detail": v.detail or None,
+                             "fits_other": (fits_other(_problem(s), s["response"], index)
+                                            if v.verdict == "correct" else None),
                              "source_label": s["source_label"], "source_answer": s["source_answer"],
                              "source_gold": s["source_gold"], "source_ref": s["source_ref"]} for s, v in zip(part, verdicts)]
                     added += Store(db, create=False).insert_samples(rows)

@@ -16,7 +16,7 @@ from prl.data.datasets import DATASETS, DatasetError, Problem, load_dataset
 from prl.evaluation.config import EvalConfig, EvalError, split_spec
 from prl.generation.engines import Engine, SamplingConfig, check_model_dir, make_engine
 from prl.generation.prompts import SYSTEM_PROMPT, USER_SUFFIX
-from prl.grading.relevance import answer_only, relevance
+from prl.grading.relevance import answer_only, fits_other, relevance
 from prl.grading.verifier import VERDICTS
 from prl.manifest import run_manifest
 from prl.store.db import Store
@@ -163,6 +163,7 @@ def verify_chunk(pool, run_id: str, problems: Sequence[Problem], samples: Sequen
             "n_tokens": s.n_tokens, "finish_reason": s.finish_reason, "verify_ms": round(v.ms, 3),
             "relevance": relevance(p.problem, s.text), "answer_only": answer_only(s.text),
             "verdict_detail": v.detail or None,
+            "fits_other": fits_other(p, s.text) if v.verdict == "correct" else None,
         })
     return rows
 

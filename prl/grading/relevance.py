@@ -19,21 +19,38 @@ measurable per-sample signals keep that apart from correctness:
 ``answer_only`` — the reasoning has fewer than :data:`ANSWER_ONLY_MAX_WORDS` word tokens
 (e.g. "The answer is \\boxed{5}").
 
-A sample is a *suspicious pass* when its verdict is ``correct`` and it is answer-only or its
-relevance is below :data:`SUSPICIOUS_BELOW` (the store's ``suspicious_passes`` view). The
-threshold was set on the benchmarks' own reference solutions (``python bench/relevance.py``,
-figures in bench/RESULTS.md): below 0.15 fall 2% of math500 and 4% of olympiad_bench
-solutions scored against their own problem, but 58% and 48% scored against a random other
-problem; minerva_math's terse physics solutions are harder (36% vs 91%). It is a screen for
-reading, not a verdict: a terse but correct derivation can score low, and a response can
-quote the problem and still reason wrongly.
+``fits_other`` — the problem of the same benchmark the reasoning fits better than the one asked
+(None if none does): the Appendix-C case, where the reasoning solves another problem and ends on
+a number that happens to be this one's gold. Each problem of the benchmark is scored by how
+much of it the reasoning restates:
+
+    fit(problem, reasoning) = Σ idf(g) over the problem's token n-grams g found in the reasoning
+                              / (Σ idf(g) over the problem's n-grams) ** FIT_NORM
+
+with tokens = LaTeX commands, words, numbers and symbols, n-grams of 1..:data:`FIT_NGRAM`
+tokens, idf over the benchmark's problems. The reasoning fits another problem better when that
+problem's fit exceeds the asked one's by more than a factor 1 + :data:`FIT_MARGIN`. Problems
+that share one context (OlympiadBench's multi-part problems) never count against each other: a
+tie between them is not evidence of a swap.
+
+A sample is a *suspicious pass* when its verdict is ``correct`` and it is answer-only, or its
+relevance is below :data:`SUSPICIOUS_BELOW`, or it fits another problem better (the store's
+``suspicious_passes`` view). Calibrated by ``python bench/relevance.py`` on the benchmarks' own
+reference solutions and on swapped cases (each problem given the reference solution of another
+problem with the same gold answer), tuned on one half of the pairs and reported on the other
+(figures in bench/RESULTS.md). It is a screen for reading, not a verdict: a terse but correct
+derivation can score low, and a response can quote the problem and still reason wrongly.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections import defaultdict
+from functools import lru_cache
+from typing import Sequence
 
-from prl.data.datasets import last_boxed
+from prl.data.datasets import DATASETS, Problem, last_boxed, load_dataset
 
 SUSPICIOUS_BELOW = 0.15
 """Relevance below which a correct sample is listed as a suspicious pass (also in sql/schema.sql)."""
@@ -93,6 +110,91 @@ def answer_only(response: str) -> bool:
     return len(_WORD_TOKEN.findall(_LATEX_CMD.sub(" ", reasoning_part(response)))) < ANSWER_ONLY_MAX_WORDS
 
 
-def is_suspicious_pass(verdict: str, rel: float | None, only_answer: bool) -> bool:
+def is_suspicious_pass(verdict: str, rel: float | None, only_answer: bool, fits_other: str | None = None) -> bool:
     """The rule of the store's ``suspicious_passes`` view, for code that has not stored the sample."""
-    return verdict == "correct" and (only_answer or (rel is not None and rel < SUSPICIOUS_BELOW))
+    return verdict == "correct" and (only_answer or (rel is not None and rel < SUSPICIOUS_BELOW)
+                                     or fits_other is not None)
+
+
+# ─── fits another problem better ────────────────────────────────────────────────────────────
+
+FIT_NGRAM = 3
+"""Longest token n-gram compared between a problem and a reasoning."""
+
+FIT_NORM = 0.7
+"""Exponent of a problem's own n-gram mass in the fit's denominator (0: raw overlap, 1: recall)."""
+
+FIT_MARGIN = 2.0
+"""Another problem must fit more than (1 + this) times better than the asked one to be flagged."""
+
+_FIT_TOKEN = re.compile(r"\\[a-z]+|[a-z]+|\d+(?:\.\d+)?|[^\s\w{}$]")
+
+
+def fit_grams(text: str) -> set[str]:
+    """Token n-grams (1..FIT_NGRAM) of lower-cased ``text``: LaTeX commands, words, numbers, symbols."""
+    toks = _FIT_TOKEN.findall(text.lower())
+    return {" ".join(toks[k:k + n]) for n in range(1, FIT_NGRAM + 1) for k in range(len(toks) - n + 1)}
+
+
+class FitIndex:
+    """The problems of one benchmark, for asking which of them a reasoning fits best."""
+
+    def __init__(self, problems: Sequence[Problem]):
+        self.ids = [p.problem_id for p in problems]
+        self._pos = {pid: i for i, pid in enumerate(self.ids)}
+        self._context = [p.meta.get("context") if isinstance(p.meta, dict) else None for p in problems]
+        grams = [fit_grams(p.problem) for p in problems]
+        df: dict[str, int] = defaultdict(int)
+        for g in grams:
+            for x in g:
+                df[x] += 1
+        n = len(problems)
+        self._idf = {x: math.log((n + 1) / (c + 0.5)) for x, c in df.items()}
+        self._norm = [max(sum(self._idf[x] for x in g), 1e-9) ** FIT_NORM for g in grams]
+        self._posting: dict[str, list[int]] = defaultdict(list)
+        for i, g in enumerate(grams):
+            for x in g:
+                self._posting[x].append(i)
+
+    def fits(self, response: str) -> dict[str, float]:
+        """{problem id: fit} of the response's reasoning, for the problems it shares any n-gram with."""
+        acc: dict[int, float] = defaultdict(float)
+        for x in fit_grams(reasoning_part(response)):
+            w = self._idf.get(x)
+            if w is not None:
+                for i in self._posting[x]:
+                    acc[i] += w
+        return {self.ids[i]: v / self._norm[i] for i, v in acc.items()}
+
+    def fits_other(self, problem_id: str, response: str) -> str | None:
+        """The problem the reasoning fits more than (1 + FIT_MARGIN) times better than ``problem_id``, or None."""
+        asked = self._pos.get(problem_id)
+        if asked is None:
+            return None
+        scores = self.fits(response)
+        own = scores.get(problem_id, 0.0)
+        context = self._context[asked]
+        best_id, best = None, 0.0
+        for pid, v in scores.items():
+            j = self._pos[pid]
+            if j == asked or (context is not None and self._context[j] == context):
+                continue
+            if v > best:
+                best_id, best = pid, v
+        return best_id if best > own * (1.0 + FIT_MARGIN) else None
+
+
+@lru_cache(maxsize=8)
+def fit_index(dataset: str) -> FitIndex | None:
+    """The :class:`FitIndex` of a bundled benchmark or the synthetic set (None for other names: user files
+    are indexed by whoever loaded them)."""
+    if dataset not in DATASETS:
+        return None
+    problems, _ = load_dataset(dataset)
+    return FitIndex(problems)
+
+
+def fits_other(problem: Problem, response: str, index: FitIndex | None = None) -> str | None:
+    """:meth:`FitIndex.fits_other` for a problem of a known benchmark (``index`` for any other)."""
+    index = index if index is not None else fit_index(problem.dataset)
+    return index.fits_other(problem.problem_id, response) if index is not None else None

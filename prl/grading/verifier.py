@@ -94,14 +94,83 @@ def verify_one(response: str, gold: str, *, timeout_s: int = 5, gold_cache: dict
     if not pred:
         return done("no_answer")
     if extracted is None:
-        extracted = str(pred[-1])
+        extracted = str(pred[-1]).strip("*_ ").rstrip(".").strip("*_ ")  # "**73**." (markdown bold) → "73"
     try:
         ok = verify(gold_parsed, pred, timeout_seconds=timeout_s, raise_on_error=True)
     except TimeoutException:
         return done("timeout", "verify timed out")
     except Exception as e:  # noqa: BLE001
         return done("error", f"{type(e).__name__}: {e}"[:300])
+    if ok:
+        why = false_pass(extracted, gold_parsed, pred)
+        if why:
+            return done("wrong", why)
     return done("correct" if ok else "wrong")
+
+
+# ─── passes Math-Verify gives that are not (fixed in our layer) ─────────────────────────────
+
+_HUGE = 10_000  # factorial arguments and integer exponents above this are not evaluated exactly
+
+
+def _exact_number(expr):
+    """The exact rational value of a parsed answer without symbols or decimals, else None."""
+    import sympy
+
+    if not isinstance(expr, sympy.Basic) or expr.free_symbols:
+        return None
+    for node in sympy.preorder_traversal(expr):
+        if isinstance(node, sympy.Float):
+            return None  # a decimal answer is compared with Math-Verify's tolerance, as intended
+        if isinstance(node, sympy.factorial) and not (node.args[0].is_Integer and node.args[0] <= _HUGE):
+            return None
+        if isinstance(node, sympy.Pow) and node.exp.is_Integer and abs(node.exp) > _HUGE:
+            return None
+    value = expr.doit()
+    return value if isinstance(value, sympy.Rational) else None
+
+
+def _top_level_sides(answer: str) -> list[str]:
+    sides, depth, start = [], 0, 0
+    for i, ch in enumerate(answer):
+        if ch in "{([":
+            depth += 1
+        elif ch in "})]":
+            depth -= 1
+        elif ch == "=" and depth == 0 and answer[i - 1:i] not in ("<", ">", "!", "\\"):
+            sides.append(answer[start:i])
+            start = i + 1
+    return sides + [answer[start:]]
+
+
+def false_pass(extracted: str | None, gold_parsed: list, pred: list) -> str:
+    """Why a pass Math-Verify gave is not one ("" when it stands). Two cases, both measured:
+
+    - **Numeric tolerance between exact numbers** (Math-Verify issue #14): it compares numbers to 6
+      decimals, so ``1/2006!`` equals ``1/2004!``. Where both sides are exact rationals (no decimals,
+      no symbols) they must be equal exactly; Math-Verify's percent reading (50 ≡ 50%) is kept.
+    - **Unequal sides** (``\\boxed{x = 1 = 2}`` and ``\\boxed{1 = 2}`` pass against 2: it reads the
+      last side): a boxed equation whose symbol-free sides are not all equal answers nothing.
+    """
+    from math_verify import parse, verify
+
+    g = next((x for x in gold_parsed if not isinstance(x, str)), None)
+    p = next((x for x in pred if not isinstance(x, str)), None)
+    try:
+        gv, pv = _exact_number(g), _exact_number(p)
+    except Exception:  # noqa: BLE001 - an expression sympy cannot evaluate exactly: Math-Verify's verdict stands
+        gv = pv = None
+    if gv is not None and pv is not None and gv != pv and gv != 100 * pv and pv != 100 * gv:
+        return (f"Math-Verify's numeric tolerance equated two different exact numbers ({extracted} vs the gold); "
+                "scored wrong (Math-Verify issue #14)")
+    if extracted and "=" in extracted:
+        sides = [parse("\\boxed{" + side + "}") for side in _top_level_sides(extracted) if side.strip()]
+        values = [sp for sp in sides if sp and not isinstance(sp[0], str) and not sp[0].free_symbols]
+        for a, b in zip(values, values[1:]):
+            if not verify(a, b):
+                return (f"the boxed answer {extracted!r} is a chain of unequal sides; Math-Verify reads only its "
+                        "last side; scored wrong")
+    return ""
 
 
 # ─── the pool ───────────────────────────────────────────────────────────────────────────────

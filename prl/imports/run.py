@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 from tqdm.auto import tqdm
 
 from prl.data.datasets import Problem, load_dataset
-from prl.grading.relevance import answer_only, relevance
+from prl.grading.relevance import FitIndex, answer_only, fits_other, relevance
 from prl.grading.verifier import VERDICTS, VerifierPool
 from prl.imports.formats import FORMATS, FormatError, SourceFile, parse_fields, read_source
 from prl.imports.matching import ProblemIndex
@@ -210,9 +210,10 @@ def run_import(cfg: ImportConfig, *, progress: bool = True, log: Callable[[str],
                               wall_s=3.0 * cfg.verify_timeout_s) as pool, \
                     tqdm(total=len(pending), unit="sample", desc=f"import {run_id}", disable=not progress,
                          file=sys.stderr, dynamic_ncols=True) as bar:
+                index = FitIndex(problems)  # the whole data set, user files included
                 for i in range(0, len(pending), cfg.chunk_samples):
                     chunk = pending[i:i + cfg.chunk_samples]
-                    rows = verify_rows(pool, run_id, chunk)
+                    rows = verify_rows(pool, run_id, chunk, index)
                     added += Store(cfg.db, create=False).insert_samples(rows)
                     bar.update(len(chunk))
     except BaseException:
@@ -241,14 +242,17 @@ def _reported(records: Sequence[dict[str, Any]], cfg: ImportConfig) -> float | N
     return values[0] if len(values) == 1 else None
 
 
-def verify_rows(pool: VerifierPool, run_id: str, chunk: Sequence[ImportedSample]) -> list[dict[str, Any]]:
+def verify_rows(pool: VerifierPool, run_id: str, chunk: Sequence[ImportedSample], index: FitIndex | None = None
+                ) -> list[dict[str, Any]]:
     """Store rows for imported responses: our verdict and extraction, the source's label and extraction."""
     verdicts = pool.verify([(s.response, s.problem.gold_normalized) for s in chunk])
     return [{"run_id": run_id, "dataset": s.problem.dataset, "problem_id": s.problem.problem_id,
              "sample_idx": s.sample_idx, "response": s.response, "extracted_answer": v.extracted, "verdict": v.verdict,
              "score": v.score, "n_tokens": None, "finish_reason": None, "verify_ms": round(v.ms, 3),
              "relevance": relevance(s.problem.problem, s.response), "answer_only": answer_only(s.response),
-             "verdict_detail": v.detail or None, "source_label": s.label, "source_answer": s.answer,
+             "verdict_detail": v.detail or None,
+             "fits_other": fits_other(s.problem, s.response, index) if v.verdict == "correct" else None,
+             "source_label": s.label, "source_answer": s.answer,
              "source_gold": s.gold, "source_ref": s.ref} for s, v in zip(chunk, verdicts)]
 
 
