@@ -493,6 +493,30 @@ def region_relevance(res: Results) -> str:
         worst = max(r["datasets"], key=lambda d: r["datasets"][d]["below"][key]["own"])
         lines += ["", f"Most own-problem solutions below {r['threshold']}: {worst}, "
                   f"{r['datasets'][worst]['below'][key]['own']:.0%} of them."]
+    sw = r.get("swapped")
+    if sw:
+        t = r["targets"]
+        pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
+        ci = lambda c: f"[{100 * c[0]:.1f}, {100 * c[1]:.1f}]"  # noqa: E731
+        lines += ["", "**The Appendix-C case (swapped solutions).** Each problem that shares its gold answer with another "
+                  "problem of the benchmark is given that problem's reference solution. The whole suspicious-pass rule "
+                  f"(answer only, or the reasoning fits another problem > (1 + {r['fit_margin']})x better) is scored on "
+                  "the held-out half of the problems; the margin was tuned on the other half (smallest margin with "
+                  f"<= {t['false_flags']:.0%} own solutions flagged). Targets: >= {t['recall']:.0%} of swapped cases "
+                  f"flagged, <= {t['false_flags']:.0%} of own solutions flagged; 95% Wilson CIs.", ""]
+        rows = []
+        for d, x in sw.items():
+            h = x.get("held_out")
+            if h is None:
+                continue
+            met = h["recall"] >= t["recall"] and h["false_flags"] <= t["false_flags"]
+            old = x["held_out_overlap_rule_only"]
+            rows.append([d, str(h["swapped"]), f"{pct(h['recall'])} {ci(h['recall_ci'])}", str(h["own"]),
+                         f"{pct(h['false_flags'])} {ci(h['false_flags_ci'])}", str(x["tuned_margin_half_a"]),
+                         f"{pct(old['recall'])} / {pct(old['false_flags'])}",
+                         ("met" if met else "missed") if d in ("math500", "olympiad_bench") else "no target"])
+        lines += table(["data set", "swapped (held out)", "flagged", "own (held out)", "own flagged",
+                        "margin tuned on half A", "overlap rule alone: swapped / own flagged", "target"], rows)
     return "\n".join(lines)
 
 

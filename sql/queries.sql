@@ -78,9 +78,9 @@ FROM (SELECT dataset, score, strpos(split_part(response, 'The answer is', 1), '=
 GROUP BY dataset ORDER BY dataset;
 
 -- name: suspicious_passes_for_run
-SELECT dataset, problem_id, sample_idx, relevance, answer_only, fits_other, extracted_answer, n_tokens
+SELECT dataset, problem_id, sample_idx, relevance, answer_only, best_fit, extracted_answer, n_tokens
 FROM suspicious_passes WHERE run_id = $run_id
-ORDER BY answer_only DESC, fits_other IS NULL, relevance, dataset, problem_id, sample_idx
+ORDER BY answer_only DESC, coalesce(best_fit <> problem_id, false) DESC, relevance, dataset, problem_id, sample_idx
 LIMIT $limit;
 
 
@@ -148,9 +148,9 @@ WHERE list_contains($run_ids, run_id) AND verdict = $verdict ORDER BY run_id, da
 LIMIT $limit;
 
 -- name: suspicious_passes_for_runs
-SELECT run_id, dataset, problem_id, sample_idx, relevance, answer_only, fits_other, extracted_answer, n_tokens, response
+SELECT run_id, dataset, problem_id, sample_idx, relevance, answer_only, best_fit, extracted_answer, n_tokens, response
 FROM suspicious_passes WHERE list_contains($run_ids, run_id)
-ORDER BY answer_only DESC, fits_other IS NULL, relevance NULLS LAST, run_id, dataset, problem_id, sample_idx LIMIT $limit;
+ORDER BY answer_only DESC, coalesce(best_fit <> problem_id, false) DESC, relevance NULLS LAST, run_id, dataset, problem_id, sample_idx LIMIT $limit;
 
 -- name: train_metrics_for_runs
 SELECT run_id, step, name, value FROM train_metrics WHERE list_contains($run_ids, run_id) ORDER BY run_id, name, step;

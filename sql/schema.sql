@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS samples (
     verify_ms        DOUBLE,
     relevance        DOUBLE,                 -- share of the problem's content terms the reasoning uses (prl.grading.relevance)
     answer_only      BOOLEAN,                -- the response is (almost) nothing but its final answer
-    fits_other       VARCHAR,                -- correct samples: the problem of the benchmark the reasoning fits better (prl.grading.relevance)
+    best_fit         VARCHAR,                -- correct samples: the problem of the benchmark the reasoning fits best (prl.grading.relevance); NULL: not computed
     verdict_detail   VARCHAR,                -- why, where the verdict needs it (a timeout, an error, a known Math-Verify limitation)
     source_label     DOUBLE,                 -- imported runs: the source tool's own per-response score (correct when > 0.5)
     source_answer    VARCHAR,                -- imported runs: the answer the source tool extracted, where it wrote one
@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS samples (
 -- stores made before these columns existed
 ALTER TABLE samples ADD COLUMN IF NOT EXISTS relevance DOUBLE;
 ALTER TABLE samples ADD COLUMN IF NOT EXISTS answer_only BOOLEAN;
-ALTER TABLE samples ADD COLUMN IF NOT EXISTS fits_other VARCHAR;
+ALTER TABLE samples ADD COLUMN IF NOT EXISTS best_fit VARCHAR;
 ALTER TABLE samples ADD COLUMN IF NOT EXISTS verdict_detail VARCHAR;
 ALTER TABLE samples ADD COLUMN IF NOT EXISTS source_label DOUBLE;
 ALTER TABLE samples ADD COLUMN IF NOT EXISTS source_answer VARCHAR;
@@ -111,7 +111,8 @@ GROUP BY run_id, dataset;
 -- reasoning that fits another problem of the benchmark better, or hardly refers to this one) or that give
 -- only an answer. The rule: prl.grading.relevance.is_suspicious_pass (threshold SUSPICIOUS_BELOW).
 CREATE OR REPLACE VIEW suspicious_passes AS
-SELECT s.run_id, s.dataset, s.problem_id, s.sample_idx, s.relevance, s.answer_only, s.fits_other,
+SELECT s.run_id, s.dataset, s.problem_id, s.sample_idx, s.relevance, s.answer_only, s.best_fit,
        s.extracted_answer, s.n_tokens, s.response
 FROM samples s
-WHERE s.verdict = 'correct' AND (s.answer_only OR s.relevance < 0.15 OR s.fits_other IS NOT NULL);
+WHERE s.verdict = 'correct'
+  AND (s.answer_only OR s.best_fit <> s.problem_id OR (s.best_fit IS NULL AND s.relevance < 0.15));

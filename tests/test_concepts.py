@@ -65,10 +65,11 @@ def test_the_failures_page_lists_every_verdict_but_correct():
 def test_the_suspicious_pass_view_is_the_python_rule(store):
     rows, want = [], set()
     grid = [(v, rel, only, other) for v in ("correct", "wrong") for rel in (None, 0.0, SUSPICIOUS_BELOW - 1e-9,
-            SUSPICIOUS_BELOW, 0.5) for only in (False, True) for other in (None, "d/x")]
+            SUSPICIOUS_BELOW, 0.5) for only in (False, True) for other in (None, "own", "d/x")]
     for i, (verdict, rel, only, other) in enumerate(grid):
-        rows.append(_sample("r", f"d/{i}", 0, verdict, relevance=rel, answer_only=only, fits_other=other))
-        if is_suspicious_pass(verdict, rel, only, other):
+        best = f"d/{i}" if other == "own" else other
+        rows.append(_sample("r", f"d/{i}", 0, verdict, relevance=rel, answer_only=only, best_fit=best))
+        if is_suspicious_pass(verdict, rel, only, best, f"d/{i}"):
             want.add(f"d/{i}")
     store.insert_samples(rows)
     with store.read() as con:

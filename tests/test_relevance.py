@@ -53,3 +53,54 @@ def test_long_and_nested_input_is_fast():
     t0 = time.perf_counter()
     relevance("x " * 10_000 + "apples 3", "{" * 10_000 + r"\boxed{" * 1000 + "}" * 11_000)
     assert time.perf_counter() - t0 < 5  # linear-time regexes (a bound against pathological backtracking)
+
+
+# ─── fits another problem better: the Appendix-C case ──────────────────────────────────────
+
+def _olympiad():
+    import json
+
+    from prl.data.datasets import bundled_path, load_dataset
+
+    problems, _ = load_dataset("olympiad_bench")
+    rows = [json.loads(line) for line in bundled_path("olympiad_bench").read_text().splitlines()]
+    solutions = {p.problem_id: " ".join(r["solution"]) if isinstance(r["solution"], list) else r["solution"]
+                 for p, r in zip(problems, rows)}
+    return {p.problem_id: p for p in problems}, solutions
+
+
+def test_the_appendix_c_problem_given_another_problems_solution_with_the_same_gold_is_flagged():
+    """The paper's Appendix-C problem (olympiad_bench/1645, a cubic sequence, gold 0) answered by reasoning
+    about other problems whose gold is also 0: a right answer, the wrong problem."""
+    from prl.grading.relevance import fit_index
+
+    problems, solutions = _olympiad()
+    asked = problems["olympiad_bench/1645"]
+    assert asked.gold_normalized == "0" and "cubic sequence" in asked.problem
+    index = fit_index("olympiad_bench")
+    assert index.best_fit(asked.problem_id, solutions[asked.problem_id]) == asked.problem_id  # its own: not flagged
+    others = [pid for pid, p in problems.items() if p.gold_normalized == "0" and pid != asked.problem_id]
+    assert len(others) >= 3
+    for pid in others:
+        best = index.best_fit(asked.problem_id, solutions[pid])
+        assert best != asked.problem_id, pid
+        assert is_suspicious_pass("correct", relevance(asked.problem, solutions[pid]), False, best, asked.problem_id)
+    assert not is_suspicious_pass("correct", 0.01, False, asked.problem_id, asked.problem_id)  # own fit wins over overlap
+
+
+def test_parts_of_one_context_never_count_against_each_other():
+    from prl.data.datasets import Problem
+    from prl.grading.relevance import FitIndex
+
+    ctx = "A bag holds 7 red and 5 blue marbles; marbles are drawn without replacement."
+    ps = [Problem("d", "d/a", ctx + "\n\n(a) Find the probability the first two drawn are red.", "7/22", "", {"context": ctx}),
+          Problem("d", "d/b", ctx + "\n\n(b) Find the expected number of blue marbles among the first four.", "5/3", "",
+                  {"context": ctx}),
+          Problem("d", "d/c", "Compute the number of positive divisors of 3600.", "45", "")]
+    index = FitIndex(ps)
+    part_b = ("Among the first four marbles drawn without replacement from 7 red and 5 blue, each blue marble is among "
+              "the first four with probability 4/12, so the expected number of blue marbles is 5 * 4/12 = 5/3. \\boxed{5/3}")
+    assert index.best_fit("d/a", part_b) == "d/a"  # the sibling fits better, but a tie of parts is no swap
+    divisors = "3600 = 2^4 * 3^2 * 5^2, so the number of positive divisors of 3600 is 5 * 3 * 3 = 45. \\boxed{45}"
+    assert index.best_fit("d/a", divisors) == "d/c"
+    assert index.best_fit("d/x", divisors) is None  # not in the index: not computed

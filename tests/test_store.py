@@ -57,14 +57,14 @@ def test_suspicious_passes_view(store):
     rows = [sample("r1", "a", "a/1", 0, "correct"), sample("r1", "a", "a/1", 1, "correct"),
             sample("r1", "a", "a/2", 0, "correct"), sample("r1", "a", "a/2", 1, "wrong"),
             sample("r1", "a", "a/3", 0, "correct")]
-    rel = [0.9, 0.05, None, 0.01, 0.5]
+    rel = [0.01, 0.05, None, 0.01, 0.5]
     only = [False, False, True, False, False]
-    other = [None, None, None, "a/9", "a/7"]
+    other = ["a/1", None, None, "a/9", "a/7"]  # a/1#0: low overlap but its own problem fits best: not flagged
     for r, x, o, f in zip(rows, rel, only, other):
-        r.update(relevance=x, answer_only=o, fits_other=f)
+        r.update(relevance=x, answer_only=o, best_fit=f)
     store.insert_samples(rows)
-    # correct and (answer only, relevance < 0.15 or fits another problem better): a/2#0 (answer only), a/3#0
-    # (fits a/7 better), a/1#1 (0.05); a/2#1 is wrong
+    # correct and (answer only, fits another problem better, or relevance < 0.15 where the fit is unknown):
+    # a/2#0 (answer only), a/3#0 (fits a/7 better), a/1#1 (0.05, fit unknown); a/2#1 is wrong
     assert store.rows("suspicious_passes_for_run", run_id="r1", limit=10) == [
         ("a", "a/2", 0, None, True, None, None, 10), ("a", "a/3", 0, 0.5, False, "a/7", None, 10),
         ("a", "a/1", 1, 0.05, False, None, None, 10)]

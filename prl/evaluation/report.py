@@ -223,8 +223,8 @@ def render_suspicious(store: Store, run_id: str, limit: int = 10) -> str:
         return f"suspicious passes in {run_id}: none (correct samples all refer to their problem)"
     out = [f"suspicious passes in {run_id} (correct answer, reasoning about another problem "
            f"or hardly about this one; first {len(rows)}, least relevant first):"]
-    for d, pid, idx, rel, only, other, ans, ntok in rows:
-        why = "answer only" if only else (f"fits {other} better" if other else f"relevance {rel:.2f}")
+    for d, pid, idx, rel, only, best, ans, ntok in rows:
+        why = "answer only" if only else (f"fits {best} better" if best not in (None, pid) else f"relevance {rel:.2f}")
         out.append(f"  {pid} sample {idx}: {why}, answer {json.dumps(ans)}, {ntok} tokens")
     return "\n".join(out)
 

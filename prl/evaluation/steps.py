@@ -16,7 +16,7 @@ from prl.data.datasets import DATASETS, DatasetError, Problem, load_dataset
 from prl.evaluation.config import EvalConfig, EvalError, split_spec
 from prl.generation.engines import Engine, SamplingConfig, check_model_dir, make_engine
 from prl.generation.prompts import SYSTEM_PROMPT, USER_SUFFIX
-from prl.grading.relevance import answer_only, fits_other, relevance
+from prl.grading.relevance import answer_only, best_fit, register_fit_index, relevance
 from prl.grading.verifier import VERDICTS
 from prl.manifest import run_manifest
 from prl.store.db import Store
@@ -29,6 +29,8 @@ def load_problems(cfg: EvalConfig, log: Callable[[str], None] = print) -> list[P
         name, k = split_spec(spec)
         k = k or cfg.limit
         found, skipped = load_dataset(name, strict=cfg.strict)
+        if name not in DATASETS and found:
+            register_fit_index(found[0].dataset, found)  # suspicious passes of a user file: fit among its problems
         if skipped:
             log(f"{name}: skipped {len(skipped)} bad rows (lenient): " + "; ".join(skipped[:3])
                 + (" …" if len(skipped) > 3 else ""))
@@ -163,7 +165,7 @@ def verify_chunk(pool, run_id: str, problems: Sequence[Problem], samples: Sequen
             "n_tokens": s.n_tokens, "finish_reason": s.finish_reason, "verify_ms": round(v.ms, 3),
             "relevance": relevance(p.problem, s.text), "answer_only": answer_only(s.text),
             "verdict_detail": v.detail or None,
-            "fits_other": fits_other(p, s.text) if v.verdict == "correct" else None,
+            "best_fit": best_fit(p, s.text) if v.verdict == "correct" else None,
         })
     return rows
 

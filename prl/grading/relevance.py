@@ -19,8 +19,8 @@ measurable per-sample signals keep that apart from correctness:
 ``answer_only`` — the reasoning has fewer than :data:`ANSWER_ONLY_MAX_WORDS` word tokens
 (e.g. "The answer is \\boxed{5}").
 
-``fits_other`` — the problem of the same benchmark the reasoning fits better than the one asked
-(None if none does): the Appendix-C case, where the reasoning solves another problem and ends on
+``best_fit`` — the problem of the same benchmark the reasoning fits best: the one asked, unless
+another fits it clearly better (None where no benchmark index was at hand). The Appendix-C case, where the reasoning solves another problem and ends on
 a number that happens to be this one's gold. Each problem of the benchmark is scored by how
 much of it the reasoning restates:
 
@@ -34,8 +34,11 @@ that share one context (OlympiadBench's multi-part problems) never count against
 tie between them is not evidence of a swap.
 
 A sample is a *suspicious pass* when its verdict is ``correct`` and it is answer-only, or its
-relevance is below :data:`SUSPICIOUS_BELOW`, or it fits another problem better (the store's
-``suspicious_passes`` view). Calibrated by ``python bench/relevance.py`` on the benchmarks' own
+reasoning fits another problem better (``best_fit`` is not the asked problem), or — only where
+``best_fit`` was not computed (stores written before it existed) — its relevance is below
+:data:`SUSPICIOUS_BELOW` (the store's ``suspicious_passes`` view). The relevance threshold is
+not applied where the fit is known: on the held-out halves it added false flags (2.4% of
+MATH-500's own solutions) and almost no swapped case the fit missed. Calibrated by ``python bench/relevance.py`` on the benchmarks' own
 reference solutions and on swapped cases (each problem given the reference solution of another
 problem with the same gold answer), tuned on one half of the pairs and reported on the other
 (figures in bench/RESULTS.md). It is a screen for reading, not a verdict: a terse but correct
@@ -110,10 +113,18 @@ def answer_only(response: str) -> bool:
     return len(_WORD_TOKEN.findall(_LATEX_CMD.sub(" ", reasoning_part(response)))) < ANSWER_ONLY_MAX_WORDS
 
 
-def is_suspicious_pass(verdict: str, rel: float | None, only_answer: bool, fits_other: str | None = None) -> bool:
-    """The rule of the store's ``suspicious_passes`` view, for code that has not stored the sample."""
-    return verdict == "correct" and (only_answer or (rel is not None and rel < SUSPICIOUS_BELOW)
-                                     or fits_other is not None)
+def is_suspicious_pass(verdict: str, rel: float | None, only_answer: bool, best_fit: str | None = None,
+                       problem_id: str | None = None) -> bool:
+    """The rule of the store's ``suspicious_passes`` view, for code that has not stored the sample.
+
+    ``best_fit``: the problem the reasoning fits best (:meth:`FitIndex.best_fit`), None if not computed;
+    ``problem_id``: the problem asked.
+    """
+    if verdict != "correct":
+        return False
+    if best_fit is not None:
+        return only_answer or best_fit != problem_id
+    return only_answer or (rel is not None and rel < SUSPICIOUS_BELOW)
 
 
 # ─── fits another problem better ────────────────────────────────────────────────────────────
@@ -166,8 +177,9 @@ class FitIndex:
                     acc[i] += w
         return {self.ids[i]: v / self._norm[i] for i, v in acc.items()}
 
-    def fits_other(self, problem_id: str, response: str) -> str | None:
-        """The problem the reasoning fits more than (1 + FIT_MARGIN) times better than ``problem_id``, or None."""
+    def best_fit(self, problem_id: str, response: str) -> str | None:
+        """The problem the reasoning fits best: another one if it fits more than (1 + FIT_MARGIN) times better
+        than ``problem_id``, else ``problem_id`` itself; None if ``problem_id`` is not in the index."""
         asked = self._pos.get(problem_id)
         if asked is None:
             return None
@@ -181,20 +193,31 @@ class FitIndex:
                 continue
             if v > best:
                 best_id, best = pid, v
-        return best_id if best > own * (1.0 + FIT_MARGIN) else None
+        return best_id if best > own * (1.0 + FIT_MARGIN) else problem_id
+
+
+_USER_INDEXES: dict[str, FitIndex] = {}
+
+
+def register_fit_index(dataset: str, problems: Sequence[Problem]) -> None:
+    """Index a user data set's problems under its name (the loader of a user file calls this)."""
+    _USER_INDEXES[dataset] = FitIndex(problems)
 
 
 @lru_cache(maxsize=8)
-def fit_index(dataset: str) -> FitIndex | None:
-    """The :class:`FitIndex` of a bundled benchmark or the synthetic set (None for other names: user files
-    are indexed by whoever loaded them)."""
-    if dataset not in DATASETS:
-        return None
+def _bundled_index(dataset: str) -> FitIndex:
     problems, _ = load_dataset(dataset)
     return FitIndex(problems)
 
 
-def fits_other(problem: Problem, response: str, index: FitIndex | None = None) -> str | None:
-    """:meth:`FitIndex.fits_other` for a problem of a known benchmark (``index`` for any other)."""
+def fit_index(dataset: str) -> FitIndex | None:
+    """The :class:`FitIndex` of a bundled benchmark, the synthetic set or a registered user data set, else None."""
+    if dataset in DATASETS:
+        return _bundled_index(dataset)
+    return _USER_INDEXES.get(dataset)
+
+
+def best_fit(problem: Problem, response: str, index: FitIndex | None = None) -> str | None:
+    """:meth:`FitIndex.best_fit` for a problem of a known benchmark (``index`` for any other)."""
     index = index if index is not None else fit_index(problem.dataset)
-    return index.fits_other(problem.problem_id, response) if index is not None else None
+    return index.best_fit(problem.problem_id, response) if index is not None else None

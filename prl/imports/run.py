@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 from tqdm.auto import tqdm
 
 from prl.data.datasets import Problem, load_dataset
-from prl.grading.relevance import FitIndex, answer_only, fits_other, relevance
+from prl.grading.relevance import FitIndex, answer_only, best_fit, relevance
 from prl.grading.verifier import VERDICTS, VerifierPool
 from prl.imports.formats import FORMATS, FormatError, SourceFile, parse_fields, read_source
 from prl.imports.matching import ProblemIndex
@@ -251,7 +251,7 @@ def verify_rows(pool: VerifierPool, run_id: str, chunk: Sequence[ImportedSample]
              "score": v.score, "n_tokens": None, "finish_reason": None, "verify_ms": round(v.ms, 3),
              "relevance": relevance(s.problem.problem, s.response), "answer_only": answer_only(s.response),
              "verdict_detail": v.detail or None,
-             "fits_other": fits_other(s.problem, s.response, index) if v.verdict == "correct" else None,
+             "best_fit": best_fit(s.problem, s.response, index) if v.verdict == "correct" else None,
              "source_label": s.label, "source_answer": s.answer,
              "source_gold": s.gold, "source_ref": s.ref} for s, v in zip(chunk, verdicts)]
 

@@ -45,8 +45,8 @@ _LOCK_HOLDER = re.compile(r"Conflicting lock is held in (.*?)(?: See also|$)")
 # Column order of the samples relation, as the bulk insert binds it.
 SAMPLE_COLUMNS = ("run_id", "dataset", "problem_id", "sample_idx", "response", "extracted_answer", "verdict",
                   "score", "n_tokens", "finish_reason", "verify_ms", "relevance", "answer_only", "verdict_detail",
-                  "source_label", "source_answer", "source_gold", "source_ref", "fits_other")
-OPTIONAL_SAMPLE_COLUMNS = ("verdict_detail", "source_label", "source_answer", "source_gold", "source_ref", "fits_other")
+                  "source_label", "source_answer", "source_gold", "source_ref", "best_fit")
+OPTIONAL_SAMPLE_COLUMNS = ("verdict_detail", "source_label", "source_answer", "source_gold", "source_ref", "best_fit")
 """Columns a row may leave out (NULL): shard files written before they existed, runs made here (no source)."""
 
 
