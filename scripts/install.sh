@@ -28,7 +28,8 @@ if [ "$EXTRA" = "cpu" ]; then
 fi
 
 # ray: the optional Ray task runner (prefect-ray, ~310 MB); the test suite exercises it.
-EXTRAS=${PRL_EXTRAS:-$EXTRA,test,ray}
+# inspect: Inspect AI's log reader, for `prl import --format inspect`; the test suite exercises it.
+EXTRAS=${PRL_EXTRAS:-$EXTRA,test,ray,inspect}
 echo "[install] prl-pipeline[$EXTRAS] (editable)"
 "${PIP[@]}" install -q -e ".[$EXTRAS]"
 

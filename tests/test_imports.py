@@ -285,11 +285,8 @@ def test_files_the_tools_wrote_here_import(folder, tmp_path, capsys):
 
     files = sorted(p for p in (ROOT / "tests" / "data" / "formats" / folder).iterdir()
                    if p.suffix in (".jsonl", ".eval") and not p.name.startswith("results_"))
-    if not files:
-        pytest.skip(f"tests/data/formats/{folder}: no file yet")
+    assert files, f"tests/data/formats/{folder}: the file its tool wrote is missing"
     fmt = {"lm_eval": "lm-eval", "inspect": "inspect", "verl": "verl"}[folder]
-    if fmt == "inspect":
-        pytest.importorskip("inspect_ai")
     assert detect_format(files[0]) == fmt
     db = tmp_path / "s.duckdb"
     rc, out, _ = cli(capsys, "import", *map(str, files), "--dataset", "synth_test", "--db", str(db), "--no-progress",
@@ -298,3 +295,15 @@ def test_files_the_tools_wrote_here_import(folder, tmp_path, capsys):
     s = json.loads(out)
     assert s["rows_unmatched"] == 0 and s["samples"] == 40  # 20 problems x 2 responses each
     assert sql(db, "SELECT count(DISTINCT problem_id), min(sample_idx), max(sample_idx) FROM samples") == [(20, 0, 1)]
+    # the source's own labels, as its tool reports them: lm-eval scores the first of each doc's two responses
+    # (take_first filter) and reports their mean; Inspect reports the mean over all 40; verl reports nothing,
+    # its rows' scores are +1/-1
+    if fmt == "verl":
+        scores = [json.loads(line)["score"] for line in files[0].read_text(encoding="utf-8").splitlines()]
+        assert s["labelled"] == 40 and s["source_accuracy"] == sum(x > 0 for x in scores) / 40
+        assert s["reported_accuracy"] is None
+    else:
+        assert s["labelled"] == (20 if fmt == "lm-eval" else 40)
+        assert s["reported_accuracy"] is not None and s["source_accuracy"] == pytest.approx(s["reported_accuracy"])
+    # on these short arithmetic answers our verifier and theirs agree on every labelled response
+    assert s["agree"] == s["labelled"]
