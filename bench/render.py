@@ -565,6 +565,51 @@ def region_real_model(res: Results) -> str:
     return "\n".join(lines)
 
 
+CAUSES = {
+    "format_gate": "their grader scores 0 without `</think> <answer>…</answer>`; ours reads the final answer",
+    "their_strict_match": "their grader compares the tag's whole content: a sentence or equation ending on the "
+                          "right value, or another spelling of it, fails",
+    "their_false_pass": "their grader passed a final answer that is not the gold",
+    "our_false_negative": "our verifier wrong",
+    "unexplained": "not explained",
+}
+
+
+def region_external(res: Results) -> str:
+    r = res.get("external")
+    if r is None:
+        return missing("external", "python bench/external.py")
+    lines = ["Real generations from other tools (tests/data/external/, sources in its README), imported with "
+             "`prl import` and scored by our verifier; compared with each source's per-row labels and the accuracy "
+             f"its authors published. {machine_detail(r['machine'])}.", ""]
+    rows = []
+    for name, x in r["sets"].items():
+        t = x["table"]
+        pub = "—" if x["published_accuracy"] is None else f"{x['published_accuracy']:.4f}"
+        kappa = "—" if x["kappa"] is None else f"{x['kappa']:.2f}"
+        rows.append([f"{x['what']} (`{x['dataset']}`)", f"{x['rows_matched']} of {x['rows']}", pub,
+                     f"{x['theirs_accuracy']:.4f}", f"**{x['ours_accuracy']:.4f}**",
+                     f"{t['both_correct']} / {t['ours_only']} / {t['theirs_only']} / {t['both_wrong']}", kappa])
+    lines += table(["set", "rows matched", "published", "their labels (matched rows)", "ours",
+                    "both ✓ / only ours ✓ / only theirs ✓ / both ✗", "κ"], rows)
+    lines += ["", "Every disagreement, by cause (decided per sample by `bench/external.py` from the sample and the "
+              "source row):", ""]
+    crow = []
+    for name, x in r["sets"].items():
+        for c, n in sorted(x["causes"].items(), key=lambda kv: -kv[1]):
+            crow.append([name, c, str(n), CAUSES.get(c, c)])
+    if not crow:
+        crow.append(["—", "—", "0", "no disagreement"])
+    lines += table(["set", "cause", "samples", "what it means"], crow)
+    small = [(name, d) for name, x in r["sets"].items() for d in x["disagreements"] if d["cause"] != "format_gate"]
+    if small:
+        lines += ["", "The disagreements other than the format gate, one by one:", ""]
+        lines += table(["set", "problem", "gold", "ours", "theirs", "cause"],
+                       [[name, d["problem_id"], f"`{d['gold']}`", f"{d['ours']} (`{(d['ours_answer'] or '—')[:40]}`)",
+                         d["theirs"], d["cause"]] for name, d in small])
+    return "\n".join(lines)
+
+
 def region_dashboard(res: Results) -> str:
     r = res.get("dashboard")
     if r is None:
@@ -656,13 +701,13 @@ def region_faults(res: Results) -> str:
 REGIONS: dict[str, Callable[[Results], str]] = {
     "status": region_status, "demo": region_demo, "performance": region_performance, "reliability": region_reliability,
     "summary": region_summary, "advantages": region_advantages, "generation": region_generation, "verify": region_verify,
-    "store": region_store, "store_10m": region_store_10m, "relevance": region_relevance, "train_step": region_train_step,
+    "store": region_store, "store_10m": region_store_10m, "relevance": region_relevance, "external": region_external, "train_step": region_train_step,
     "dashboard": region_dashboard, "load": region_load, "faults": region_faults, "real_model": region_real_model,
 }
 EXPECTED = {
-    "README.md": ("status", "demo", "performance", "reliability"),
+    "README.md": ("status", "demo", "performance", "reliability", "external"),
     "bench/RESULTS.md": ("summary", "advantages", "generation", "real_model", "verify", "store", "store_10m", "relevance",
-                         "train_step", "dashboard", "load", "faults"),
+                         "external", "train_step", "dashboard", "load", "faults"),
 }
 
 REGION_RE = re.compile(r"<!-- figures:(?P<name>[a-z][a-z0-9_-]*) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)

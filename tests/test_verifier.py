@@ -165,3 +165,23 @@ def test_verify_cli_explains_a_verdict():
     out = json.loads(r.stdout)
     assert out["verdict"] == "correct" and out["gold_normalized"] == "4.5 \\times 10^{33}"
     assert out["extracted_answer"] == "4.5\\times10^{33}"
+
+
+def test_an_answer_tag_without_a_box_is_the_answer():
+    """A real R1-Zero response (tests/data/external/jsonl-qwen2.5-math-1.5b-r1zero, MATH-500
+    test/algebra/435, gold 25) writes 5 in its reasoning and <answer>25</answer>: Math-Verify alone reads 5."""
+    import json
+    from pathlib import Path
+
+    from math_verify import parse, verify
+
+    path = Path(__file__).parent / "data" / "external" / "jsonl-qwen2.5-math-1.5b-r1zero" / "results.jsonl"
+    row = next(r for r in map(json.loads, path.read_text().splitlines()) if "ceil" in r["prompt"] and "sqrt{20}" in r["prompt"])
+    response = row["response"]
+    assert "<answer>25</answer>" in response and "\\boxed" not in response
+    assert not verify(parse("\\boxed{25}"), parse(response))  # the false negative Math-Verify alone gives
+    v = verify_one(response, "25")
+    assert (v.verdict, v.extracted) == ("correct", "25")
+    # a tag whose content is no answer is no answer, whatever numbers the reasoning has
+    assert verify_one("so x = 0.35625 </think> <answer> Yes, the answer is correct. </answer>", ".35625").verdict == "no_answer"
+    assert verify_one("\\boxed{3} then <answer>4</answer>", "3").verdict == "correct"  # a box wins over a tag

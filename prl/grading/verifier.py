@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import multiprocessing as mp
+import re
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
@@ -44,10 +45,21 @@ class Verdict:
         return {**asdict(self), "score": self.score}
 
 
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def answer_tag(response: str) -> str | None:
+    """Content of the last ``<answer>…</answer>`` (the R1-Zero format), stripped; None if there is none."""
+    found = _ANSWER_TAG.findall(response[-20000:])
+    return found[-1].strip() if found else None
+
+
 def extract_answer(response: str) -> str | None:
-    """The string the cache keys on: the last ``\\boxed{}`` content, else None."""
+    """The answer a response gives, and the string the cache keys on: the last ``\\boxed{}`` content, else
+    the last ``<answer>`` tag's content (a response in the R1-Zero format), else None (Math-Verify then
+    reads the whole response)."""
     boxed = last_boxed(response)
-    return boxed if boxed is not None else None
+    return boxed if boxed is not None else answer_tag(response)
 
 
 _GOLD_CACHE_SIZE = 4096  # parsed golds a worker keeps (a benchmark has at most a few thousand)
@@ -85,8 +97,10 @@ def verify_one(response: str, gold: str, *, timeout_s: int = 5, gold_cache: dict
             if len(gold_cache) >= _GOLD_CACHE_SIZE:
                 gold_cache.pop(next(iter(gold_cache)))  # oldest first
             gold_cache[gold] = gold_parsed
+    # an <answer> tag without a box is the answer: Math-Verify alone would read the last number anywhere
+    tagged = extracted is not None and last_boxed(response) is None
     try:
-        pred = parse(response, parsing_timeout=timeout_s, raise_on_error=True)
+        pred = parse(extracted if tagged else response, parsing_timeout=timeout_s, raise_on_error=True)
     except TimeoutException:
         return done("timeout", "answer parse timed out")
     except Exception as e:  # noqa: BLE001
