@@ -33,6 +33,7 @@ nav = st.navigation([
     st.Page(PAGES / "compare.py", title="Compare", icon=":material/compare_arrows:"),
     st.Page(PAGES / "problem.py", title="Problem", icon=":material/search:"),
     st.Page(PAGES / "failures.py", title="Failures", icon=":material/warning:"),
+    st.Page(PAGES / "agreement.py", title="Agreement", icon=":material/rule:"),
     st.Page(PAGES / "training.py", title="Training", icon=":material/show_chart:"),
     st.Page(PAGES / "sql.py", title="SQL", icon=":material/storage:"),
 ])

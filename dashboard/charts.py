@@ -160,3 +160,19 @@ def fmt_ci(value: float, lo: float, hi: float) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
     return f"{PCT * value:.1f} [{PCT * lo:.1f}, {PCT * hi:.1f}]"
+
+
+def agreement_matrix(table: pd.DataFrame, ours: str = "ours", theirs: str = "theirs") -> go.Figure:
+    """The 2×2 counts of two graders as a heatmap with the counts written in.
+
+    table: columns ``ours`` (correct | wrong), ``theirs`` (correct | wrong), ``samples``.
+    """
+    if table.empty or int(table["samples"].sum()) == 0:
+        return _empty("agreement", "no samples compared")
+    order = ["correct", "wrong"]
+    z = [[int(table[(table["ours"] == o) & (table["theirs"] == t)]["samples"].sum()) for t in order] for o in order]
+    fig = go.Figure(go.Heatmap(z=z, x=[f"{theirs}: {t}" for t in order], y=[f"{ours}: {o}" for o in order],
+                               text=[[str(v) for v in row] for row in z], texttemplate="%{text}",
+                               colorscale=[[0, "#f1faee"], [1, "#457b9d"]], showscale=False))
+    fig.update_layout(title=f"{ours} vs {theirs}", yaxis={"autorange": "reversed"}, height=320)
+    return fig

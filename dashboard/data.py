@@ -217,3 +217,19 @@ def rollouts(db: str, run_id: str, step: int) -> tuple[pd.DataFrame, pd.DataFram
     ro = store.df("rollouts_for_run_step", run_id=run_id, step=step)
     segs = store.df("segments_for_run", run_id=run_id)
     return ro, segs[segs["step"] == step]
+
+
+# ─── agreement ──────────────────────────────────────────────────────────────────────────────
+
+def agreement(db: str, run_id: str, against: str | None = None) -> dict[str, Any]:
+    """Our verdicts in ``run_id`` against its source's labels (``against`` None) or another run
+    (``prl.evaluation.agreement``), with the disagreements as a DataFrame under "rows"."""
+    from prl.evaluation.agreement import agreement as compute
+
+    result = compute(open_store(db), run_id, against)
+    result["rows"] = pd.DataFrame(result.pop("disagreements"),
+                                  columns=["dataset", "problem_id", "sample_idx", "verdict", "extracted_answer",
+                                           "other_verdict", "other_answer", "gold", "other_gold", "problem",
+                                           "response", "verdict_detail", "source_ref"])
+    result["unmatched"] = pd.DataFrame(result["unmatched"], columns=["ref", "reason", "excerpt"])
+    return result

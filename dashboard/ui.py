@@ -38,6 +38,7 @@ train_metrics = cached(data.train_metrics)
 eval_points = cached(data.eval_points)
 rollout_steps = cached(data.rollout_steps)
 rollouts = cached(data.rollouts)
+agreement = cached(data.agreement)
 
 
 def db() -> str:
@@ -78,7 +79,7 @@ def pick_eval_runs(label: str = "runs", *, key: str, max_default: int = 3) -> li
     df = all_runs()
     if df is None:
         return []
-    choices = df[(df["kind"] == "eval") & (df["samples"] > 0)]["run_id"].tolist()
+    choices = df[(df["kind"] != "train") & (df["samples"] > 0)]["run_id"].tolist()  # eval, imported, rescore
     if not choices:
         st.info("No evaluation run has samples yet.")
         return []

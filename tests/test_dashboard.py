@@ -428,3 +428,41 @@ def test_real_browser_renders_every_page(db):
             server.wait(10)
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
+
+
+def test_agreement_page_on_a_real_import(tmp_path, monkeypatch):
+    """The AMC file of DeepSeek-R1-Distill-Qwen-1.5B (tests/data/external) imported into the seeded store: the
+    page shows the 2x2 counts, the one disagreement side by side, its math on request, and the unmatched rows."""
+    from streamlit.testing.v1 import AppTest
+
+    from prl.imports.run import ImportConfig, run_import
+
+    db = seed(tmp_path / "store.duckdb")
+    amc = ROOT / "tests" / "data" / "external" / "amc-json-deepseek-r1-distill-qwen-1.5b" / "amc_output.json"
+    run_import(ImportConfig(files=(str(amc),), dataset="amc23", db=db, run_id="amc-import", reported_accuracy=0.6506),
+               progress=False, log=lambda *_: None)
+    monkeypatch.setenv(data.DB_ENV, db)
+    at = AppTest.from_file(str(PAGES / "agreement.py"), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox[0].value == "amc-import"
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["samples compared"] == "40" and shown["agree"] == "97.5%" and shown["reported by the source"] == "0.6506"
+    assert any(s.value.startswith("Disagreements: 1") for s in at.subheader)
+    at.selectbox(key="agreement/pick/amc-import/its%20source%27s%20own%20labels").select_index(0).run()
+    assert not at.exception, [e.value for e in at.exception]
+    texts = [t.value for t in at.text]
+    assert "\\dfrac{1}{7}" in texts and "1" in texts  # our extraction and the gold, as plain text
+    assert not at.latex
+    at.toggle[0].set_value(True).run()
+    assert [x.value for x in at.latex][:2] == ["$$\n1\n$$", "$$\n\\dfrac{1}{7}\n$$"]  # st.latex wraps in $$
+    assert any("match no problem: 43" in s.value for s in at.subheader)
+    # against another run: the samples both have (the seeded run answers amc23/0 and amc23/1 too)
+    import duckdb
+
+    con = duckdb.connect(db, read_only=True)
+    shared = con.execute("SELECT count(*) FROM samples a JOIN samples b USING (dataset, problem_id, sample_idx) "
+                         "WHERE a.run_id = 'amc-import' AND b.run_id = 'base'").fetchone()[0]
+    con.close()
+    at.selectbox(key="agreement/against/amc-import").set_value("base").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert shared > 0 and {m.label: m.value for m in at.metric}["samples compared"] == str(shared)
