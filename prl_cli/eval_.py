@@ -24,6 +24,10 @@ OPTIONS = ("model", "datasets", "n", "db", "run_id", "engine", "limit", "max_tok
 def _cmd_eval(args: argparse.Namespace) -> int:
     cfg = EvalConfig(**config_kwargs(args, EvalConfig, OPTIONS))
     preflight(cfg)  # input errors as one line, before Prefect starts
+    if cfg.task_runner != "local":
+        from prl.evaluation.shards import check_leftover_shards
+
+        check_leftover_shards(cfg.db, cfg.resolved_run_id(), cfg.shard_dir)
     from pathlib import Path
 
     logs.log_to(Path(cfg.db).parent / "logs" / f"{cfg.resolved_run_id()}.log")

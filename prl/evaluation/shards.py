@@ -165,6 +165,13 @@ def ingest_shard(db: str | Path, run_id: str, path: str | Path) -> int:
     return Store(db, create=False).insert_sample_table(table)
 
 
+def check_leftover_shards(db: str | Path, run_id: str, base: str | Path | None = None) -> None:
+    """Read every shard file an earlier attempt left for the run (raising ShardError on a damaged one),
+    storing nothing: ``prl eval`` calls it before its flow starts, so the error is one line."""
+    for f in leftover_shards(shard_dir(db, run_id, base)):
+        read_shard(f, run_id)
+
+
 def leftover_shards(directory: Path) -> list[Path]:
     """Finished shard files already in a run's shard directory (temporary files are ignored)."""
     return sorted(directory.glob("shard-*.parquet")) if directory.is_dir() else []

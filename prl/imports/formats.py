@@ -170,14 +170,18 @@ def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
                 raise FormatError(f"{path}:{line_no}: JSON nested too deeply") from None
 
 
-def _records(path: Path) -> Iterator[tuple[str, Any]]:
-    """(ref, object) of a JSON array file or a JSONL file (told apart by the first character)."""
+def _is_json_array(path: Path) -> bool:
+    """Whether the file is one JSON array (its first non-blank character is "["), not JSONL."""
     try:
         with path.open("rb") as fh:
-            head = fh.read(4096).lstrip()
+            return fh.read(4096).lstrip().startswith(b"[")
     except OSError as e:
         raise FormatError(f"{path}: cannot be read ({e.strerror})") from None
-    if head.startswith(b"["):
+
+
+def _records(path: Path) -> Iterator[tuple[str, Any]]:
+    """(ref, object) of a JSON array file or a JSONL file (told apart by the first character)."""
+    if _is_json_array(path):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except UnicodeDecodeError as e:
@@ -193,12 +197,7 @@ def _records(path: Path) -> Iterator[tuple[str, Any]]:
 
 def _jsonl_of(path: Path, fmt: str) -> Iterator[tuple[int, Any]]:
     """The rows of a JSONL file a tool writes one object per line; a JSON array is named as the wrong format."""
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(256).lstrip()
-    except OSError as e:
-        raise FormatError(f"{path}: cannot be read ({e.strerror})") from None
-    if head.startswith(b"["):
+    if _is_json_array(path):
         raise FormatError(f"{path}: a JSON array, not a {fmt} file (one JSON object per line); for a JSON array "
                           "give --format json")
     return _jsonl(path)

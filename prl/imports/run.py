@@ -61,7 +61,7 @@ class ImportConfig:
     model_name: str | None = None
     """Name of the model that generated the file (default: what the file says, else the file's name)."""
     fields: str | None = None
-    """For --format json: our names = the file's fields, e.g. problem=question,response=generated_output,label=correct."""
+    """For --format json: our names mapped to the file's fields, as problem=question,response=generated_output,label=correct (dotted paths reach into objects)."""
     reported_accuracy: float | None = None
     """The accuracy the source's authors published, where the file does not carry it (recorded beside ours)."""
     verifier_workers: int = 2
