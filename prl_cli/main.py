@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted (rerun the same command to resume)", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `prl report … | head`: the reader has gone; stop quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
+        return 141
     except Exception as e:  # known input errors: one line, no traceback
         if _is_user_error(e):
             print(f"error: {e}", file=sys.stderr)

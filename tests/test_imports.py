@@ -307,3 +307,17 @@ def test_files_the_tools_wrote_here_import(folder, tmp_path, capsys):
         assert s["reported_accuracy"] is not None and s["source_accuracy"] == pytest.approx(s["reported_accuracy"])
     # on these short arithmetic answers our verifier and theirs agree on every labelled response
     assert s["agree"] == s["labelled"]
+
+
+def test_a_report_piped_into_head_ends_quietly(tmp_path):
+    """`prl report --agreement RUN --full | head -2` on the MATH-500 import (~100 disagreements, far more
+    than a pipe buffer): the reader closes the pipe early; no traceback."""
+    import subprocess
+
+    db = tmp_path / "s.duckdb"
+    assert prl_main(["import", str(MATH), "--dataset", "math500", "--db", str(db), "--fields", MATH_FIELDS,
+                     "--run-id", "m", "--no-progress"]) == 0
+    r = subprocess.run(f"{sys.executable} -m prl_cli report --db {db} --agreement m --full | head -2",
+                       shell=True, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.stdout.startswith("agreement: run m (ours)") and len(r.stdout.splitlines()) == 2
+    assert "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
