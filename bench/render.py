@@ -175,6 +175,16 @@ def target_rows(res: Results, with_faults: bool = True, with_demo: bool = True) 
         worst = max(p["median_s"] for p in dash["pages"].values())
         rows.append((f"Every dashboard page < 1 s at {dash['rows'] / 1e6:.0f} M samples", f"≤ {worst:.2f} s",
                      f"empty page {dash['baseline_s']:.2f} s", met(worst < 1.0), "dashboard"))
+    rel = res.get("relevance")
+    for d, x in ((rel or {}).get("swapped") or {}).items():
+        h = x.get("held_out")
+        if h is None or d not in ("math500", "olympiad_bench"):
+            continue
+        t = rel["targets"]
+        rows.append((f"Appendix-C flag on {d}: ≥ {t['recall']:.0%} swapped solutions, ≤ {t['false_flags']:.0%} own flagged",
+                     f"{100 * h['recall']:.1f}% / {100 * h['false_flags']:.1f}% (held-out half)",
+                     "the overlap rule alone: " + f"{100 * x['held_out_overlap_rule_only']['recall']:.1f}%",
+                     met(h["recall"] >= t["recall"] and h["false_flags"] <= t["false_flags"]), "relevance"))
     load = res.get("load")
     if load:
         w = load["with_writer"]
