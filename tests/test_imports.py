@@ -321,3 +321,19 @@ def test_a_report_piped_into_head_ends_quietly(tmp_path):
                        shell=True, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.stdout.startswith("agreement: run m (ours)") and len(r.stdout.splitlines()) == 2
     assert "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
+
+
+def test_the_agreement_report_never_prints_terminal_control_sequences():
+    """A response is untrusted text: an ANSI escape in it reaches the terminal as a visible replacement."""
+    from prl.evaluation.agreement import render_agreement
+
+    evil = "\x1b[2J\x1b]0;pwned\x07 \\boxed{1}"
+    result = {"run_id": "r", "against": "source labels", "samples": 1, "unlabelled": 0, "agree": 0, "kappa": None,
+              "table": {"both_correct": 0, "ours_only": 1, "theirs_only": 0, "both_wrong": 0},
+              "ours_accuracy": 1.0, "theirs_accuracy": 0.0, "reported_accuracy": None, "unmatched": [],
+              "disagreements": [{"problem_id": "d/1", "sample_idx": 0, "source_ref": "f:1", "verdict": "correct",
+                                 "extracted_answer": "1", "verdict_detail": None, "other_verdict": "wrong",
+                                 "other_answer": evil, "gold": "1", "other_gold": None, "problem": evil,
+                                 "response": evil}]}
+    text = render_agreement(result, full=True)
+    assert "\x1b" not in text and "\x07" not in text and "\ufffd[2J" in text

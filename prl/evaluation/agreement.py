@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import torch
@@ -93,10 +94,14 @@ def agreement(store: Store, run_id: str, against: str | None = None) -> dict[str
     }
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 def _clip(text: str | None, head: int, tail: int = 0) -> str:
+    """Untrusted text for a terminal: control characters (ANSI escapes among them) shown as U+FFFD, long text cut."""
     if text is None:
         return "—"
-    text = text.strip()
+    text = _CONTROL.sub("\ufffd", str(text)).strip()
     if len(text) <= head + tail + 5:
         return text
     return text[:head] + " … " + (text[-tail:] if tail else "")
