@@ -32,7 +32,6 @@ from common import machine_info, render_all, write_json  # noqa: E402
 
 import math  # noqa: E402
 
-import prl.grading.relevance as rel  # noqa: E402
 from prl.data.datasets import bundled_path, load_dataset  # noqa: E402
 from prl.grading.relevance import (FIT_MARGIN, SUSPICIOUS_BELOW, FitIndex, answer_only,  # noqa: E402
                                    is_suspicious_pass, relevance)
@@ -80,12 +79,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
 
 def _flagged(index: FitIndex, problem, text: str, margin: float) -> bool:
     """The whole suspicious-pass rule for a correct sample, with the fit margin set to ``margin``."""
-    old = rel.FIT_MARGIN
-    rel.FIT_MARGIN = margin
-    try:
-        best = index.best_fit(problem.problem_id, text)
-    finally:
-        rel.FIT_MARGIN = old
+    best = index.best_fit(problem.problem_id, text, margin)
     return is_suspicious_pass("correct", relevance(problem.problem, text), answer_only(text), best, problem.problem_id)
 
 

@@ -75,11 +75,16 @@ def all_runs():
     return df
 
 
+def runs_with_samples(df):
+    """The rows of the runs table that hold samples: evaluations, imports and rescores (not training runs)."""
+    return df[(df["kind"] != "train") & (df["samples"] > 0)]
+
+
 def pick_eval_runs(label: str = "runs", *, key: str, max_default: int = 3) -> list[str]:
     df = all_runs()
     if df is None:
         return []
-    choices = df[(df["kind"] != "train") & (df["samples"] > 0)]["run_id"].tolist()  # eval, imported, rescore
+    choices = runs_with_samples(df)["run_id"].tolist()
     if not choices:
         st.info("No evaluation run has samples yet.")
         return []

@@ -30,7 +30,7 @@ def body() -> None:
     df = ui.all_runs()
     if df is None:
         return
-    with_samples = df[(df["kind"] != "train") & (df["samples"] > 0)]
+    with_samples = ui.runs_with_samples(df)
     if with_samples.empty:
         st.info("No run has samples yet. Import another tool's file with `prl import FILE --dataset NAME --db "
                 f"{ui.db()}`.")

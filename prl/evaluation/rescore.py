@@ -19,10 +19,9 @@ from typing import Any, Callable
 
 from tqdm.auto import tqdm
 
-from prl.data.datasets import BENCHMARKS, SYNTHETIC, normalize_gold
+from prl.data.datasets import BENCHMARKS, SYNTHETIC, Problem, normalize_gold
 from prl.evaluation.report import ReportError
-from prl.data.datasets import Problem
-from prl.grading.relevance import FitIndex, answer_only, best_fit, fit_index, relevance
+from prl.grading.relevance import FitIndex, fit_index, graded_fields
 from prl.grading.verifier import VERDICTS, VerifierPool
 from prl.manifest import run_manifest
 from prl.store.db import Store
@@ -54,7 +53,7 @@ def _fit_index(store: Store, samples: list[dict[str, Any]]) -> FitIndex | None:
     of its data set (user files: the problems the store has)."""
     datasets = {s["dataset"] for s in samples}
     if len(datasets) != 1:
-        return None  # best_fit() then looks each bundled benchmark up itself
+        return None  # graded_fields() then looks each bundled benchmark up itself
     (name,) = datasets
     known = fit_index(name)
     if known is not None:
@@ -118,13 +117,8 @@ def rescore_run(db: str, run_id: str, new_run_id: str | None = None, *, workers:
                     part = pending[i:i + chunk]
                     verdicts = pool.verify([(s["response"], golds[s["problem_id"]]) for s in part])
                     rows = [{"run_id": new_run_id, "dataset": s["dataset"], "problem_id": s["problem_id"],
-                             "sample_idx": s["sample_idx"], "response": s["response"],
-                             "extracted_answer": v.extracted, "verdict": v.verdict, "score": v.score,
-                             "n_tokens": s["n_tokens"], "finish_reason": s["finish_reason"],
-                             "verify_ms": round(v.ms, 3), "relevance": relevance(s["problem"], s["response"]),
-                             "answer_only": answer_only(s["response"]), "verdict_detail": v.detail or None,
-                             "best_fit": (best_fit(_problem(s), s["response"], index)
-                                            if v.verdict == "correct" else None),
+                             "sample_idx": s["sample_idx"], "response": s["response"], "n_tokens": s["n_tokens"],
+                             "finish_reason": s["finish_reason"], **graded_fields(_problem(s), s["response"], v, index),
                              "source_label": s["source_label"], "source_answer": s["source_answer"],
                              "source_gold": s["source_gold"], "source_ref": s["source_ref"]} for s, v in zip(part, verdicts)]
                     added += Store(db, create=False).insert_samples(rows)

@@ -16,7 +16,7 @@ from prl.data.datasets import DATASETS, DatasetError, Problem, load_dataset
 from prl.evaluation.config import EvalConfig, EvalError, split_spec
 from prl.generation.engines import Engine, SamplingConfig, check_model_dir, make_engine
 from prl.generation.prompts import SYSTEM_PROMPT, USER_SUFFIX
-from prl.grading.relevance import answer_only, best_fit, register_fit_index, relevance
+from prl.grading.relevance import graded_fields, register_fit_index
 from prl.grading.verifier import VERDICTS
 from prl.manifest import run_manifest
 from prl.store.db import Store
@@ -161,11 +161,8 @@ def verify_chunk(pool, run_id: str, problems: Sequence[Problem], samples: Sequen
         p = problems[s.prompt_index]
         rows.append({
             "run_id": run_id, "dataset": p.dataset, "problem_id": p.problem_id, "sample_idx": s.sample_index,
-            "response": s.text, "extracted_answer": v.extracted, "verdict": v.verdict, "score": v.score,
-            "n_tokens": s.n_tokens, "finish_reason": s.finish_reason, "verify_ms": round(v.ms, 3),
-            "relevance": relevance(p.problem, s.text), "answer_only": answer_only(s.text),
-            "verdict_detail": v.detail or None,
-            "best_fit": best_fit(p, s.text) if v.verdict == "correct" else None,
+            "response": s.text, "n_tokens": s.n_tokens, "finish_reason": s.finish_reason,
+            **graded_fields(p, s.text, v),
         })
     return rows
 

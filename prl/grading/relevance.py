@@ -177,7 +177,7 @@ class FitIndex:
                     acc[i] += w
         return {self.ids[i]: v / self._norm[i] for i, v in acc.items()}
 
-    def best_fit(self, problem_id: str, response: str) -> str | None:
+    def best_fit(self, problem_id: str, response: str, margin: float = FIT_MARGIN) -> str | None:
         """The problem the reasoning fits best: another one if it fits more than (1 + FIT_MARGIN) times better
         than ``problem_id``, else ``problem_id`` itself; None if ``problem_id`` is not in the index."""
         asked = self._pos.get(problem_id)
@@ -193,7 +193,7 @@ class FitIndex:
                 continue
             if v > best:
                 best_id, best = pid, v
-        return best_id if best > own * (1.0 + FIT_MARGIN) else problem_id
+        return best_id if best > own * (1.0 + margin) else problem_id
 
 
 _USER_INDEXES: dict[str, FitIndex] = {}
@@ -221,3 +221,14 @@ def best_fit(problem: Problem, response: str, index: FitIndex | None = None) -> 
     """:meth:`FitIndex.best_fit` for a problem of a known benchmark (``index`` for any other)."""
     index = index if index is not None else fit_index(problem.dataset)
     return index.best_fit(problem.problem_id, response) if index is not None else None
+
+
+def graded_fields(problem: Problem, response: str, verdict, index: FitIndex | None = None) -> dict:
+    """The store columns a verified response gets, whoever made it (an evaluation, an import, a rescore):
+    the verdict's fields, ``relevance``, ``answer_only`` and, for correct samples, ``best_fit``.
+    ``verdict``: a :class:`prl.grading.verifier.Verdict`; ``index``: the data set's fit index where it is
+    not a known benchmark's (see :func:`best_fit`)."""
+    return {"extracted_answer": verdict.extracted, "verdict": verdict.verdict, "score": verdict.score,
+            "verify_ms": round(verdict.ms, 3), "verdict_detail": verdict.detail or None,
+            "relevance": relevance(problem.problem, response), "answer_only": answer_only(response),
+            "best_fit": best_fit(problem, response, index) if verdict.verdict == "correct" else None}

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any, Callable, Sequence
 from tqdm.auto import tqdm
 
 from prl.data.datasets import Problem, load_dataset
-from prl.grading.relevance import FitIndex, answer_only, best_fit, relevance
+from prl.grading.relevance import FitIndex, fit_index, graded_fields
 from prl.grading.verifier import VERDICTS, VerifierPool
 from prl.imports.formats import FORMATS, FormatError, SourceFile, parse_fields, read_source
 from prl.imports.matching import ProblemIndex
@@ -171,9 +172,9 @@ def run_import(cfg: ImportConfig, *, progress: bool = True, log: Callable[[str],
     model = cfg.model_name or next((s.model_name for s in sources if s.model_name), None) or Path(cfg.files[0]).stem
     run_id = cfg.run_id or default_run_id(records, model)
     store = Store(cfg.db)
-    existing = store.rows("get_run", run_id=run_id)
+    existing = store.records("get_run", run_id=run_id)
     if existing:
-        kind, manifest = existing[0][1], json.loads(existing[0][6] or "{}")
+        kind, manifest = existing[0]["kind"], json.loads(existing[0]["manifest"] or "{}")
         if kind != IMPORTED:
             raise ImportRunError(f"run_id: {run_id!r} is a {kind} run in {cfg.db}; choose another --run-id")
         old = sorted(s["sha256"] for s in manifest.get("sources", []))
@@ -181,9 +182,7 @@ def run_import(cfg: ImportConfig, *, progress: bool = True, log: Callable[[str],
             raise ImportRunError(f"run_id: {run_id!r} in {cfg.db} was imported from other files "
                                  f"({', '.join(s['name'] for s in manifest.get('sources', []))}); choose another "
                                  "--run-id or import the same files")
-    hows: dict[str, int] = {}
-    for _r, _p, how, _f in matched:
-        hows[how] = hows.get(how, 0) + 1
+    hows = dict(Counter(how for _r, _p, how, _f in matched))
     manifest = {**run_manifest(IMPORTED, config=cfg.to_dict(), seed=None), "dataset": cfg.dataset,
                 "sources": records, "matched_by": hows, "unmatched": unmatched,
                 "reported_accuracy": _reported(records, cfg),
@@ -210,7 +209,7 @@ def run_import(cfg: ImportConfig, *, progress: bool = True, log: Callable[[str],
                               wall_s=3.0 * cfg.verify_timeout_s) as pool, \
                     tqdm(total=len(pending), unit="sample", desc=f"import {run_id}", disable=not progress,
                          file=sys.stderr, dynamic_ncols=True) as bar:
-                index = FitIndex(problems)  # the whole data set, user files included
+                index = fit_index(cfg.dataset) or FitIndex(problems)  # a user file: its own problems
                 for i in range(0, len(pending), cfg.chunk_samples):
                     chunk = pending[i:i + cfg.chunk_samples]
                     rows = verify_rows(pool, run_id, chunk, index)
@@ -247,12 +246,8 @@ def verify_rows(pool: VerifierPool, run_id: str, chunk: Sequence[ImportedSample]
     """Store rows for imported responses: our verdict and extraction, the source's label and extraction."""
     verdicts = pool.verify([(s.response, s.problem.gold_normalized) for s in chunk])
     return [{"run_id": run_id, "dataset": s.problem.dataset, "problem_id": s.problem.problem_id,
-             "sample_idx": s.sample_idx, "response": s.response, "extracted_answer": v.extracted, "verdict": v.verdict,
-             "score": v.score, "n_tokens": None, "finish_reason": None, "verify_ms": round(v.ms, 3),
-             "relevance": relevance(s.problem.problem, s.response), "answer_only": answer_only(s.response),
-             "verdict_detail": v.detail or None,
-             "best_fit": best_fit(s.problem, s.response, index) if v.verdict == "correct" else None,
-             "source_label": s.label, "source_answer": s.answer,
+             "sample_idx": s.sample_idx, "response": s.response, "n_tokens": None, "finish_reason": None,
+             **graded_fields(s.problem, s.response, v, index), "source_label": s.label, "source_answer": s.answer,
              "source_gold": s.gold, "source_ref": s.ref} for s, v in zip(chunk, verdicts)]
 
 
