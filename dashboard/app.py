@@ -35,6 +35,7 @@ nav = st.navigation([
     st.Page(PAGES / "failures.py", title="Failures", icon=":material/warning:"),
     st.Page(PAGES / "agreement.py", title="Agreement", icon=":material/rule:"),
     st.Page(PAGES / "training.py", title="Training", icon=":material/show_chart:"),
+    st.Page(PAGES / "study.py", title="Study", icon=":material/grid_view:"),
     st.Page(PAGES / "sql.py", title="SQL", icon=":material/storage:"),
 ])
 st.sidebar.caption(f"store: {db_path()}")

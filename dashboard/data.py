@@ -233,3 +233,17 @@ def agreement(db: str, run_id: str, against: str | None = None) -> dict[str, Any
                                            "response", "verdict_detail", "source_ref"])
     result["unmatched"] = pd.DataFrame(result["unmatched"], columns=["ref", "reason", "excerpt"])
     return result
+
+
+# ─── studies ────────────────────────────────────────────────────────────────────────────────
+
+def studies(db: str) -> pd.DataFrame:
+    """Every study in the store: id, created_at, status, jobs, finished."""
+    return open_store(db).df("list_studies")
+
+
+def study(db: str, study_id: str) -> dict[str, Any]:
+    """The study's report (``prl.studies.report.study_report``): the same figures as ``prl report --study``."""
+    from prl.studies.report import study_report
+
+    return study_report(open_store(db), study_id)

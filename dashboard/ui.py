@@ -39,6 +39,8 @@ eval_points = cached(data.eval_points)
 rollout_steps = cached(data.rollout_steps)
 rollouts = cached(data.rollouts)
 agreement = cached(data.agreement)
+studies = cached(data.studies)
+study = cached(data.study)
 
 
 def db() -> str:

@@ -24,6 +24,7 @@ reasoning. Subcommands available in this version:
   import           import other tools' generations (lighteval, lm-eval, Inspect, verl, JSON) and verify them
   rescore          re-verify a stored run under the current verifier into a new run
   train            train with PRL / GRPO / Dr.GRPO / RAFT on DeepSpeed (Prefect flow, resumable)
+  study            a grid of training settings x seeds, trained, evaluated and reported across seeds
   report           scores of stored runs with CIs, a paired comparison, the paper's rows
   sql              run one read-only SQL query on a store
   dashboard        browse, compare and inspect the store in a web app (Streamlit, localhost)
@@ -34,7 +35,7 @@ reasoning. Subcommands available in this version:
 
 
 COMMANDS = ("selfcheck", "config", "data", "model", "generate", "verify", "sql", "eval", "import", "rescore", "train",
-            "dashboard", "report", "demo")
+            "study", "dashboard", "report", "demo")
 """Subcommands in --help order; each is the module ``prl_cli.<name>`` (``eval_``, ``import_`` for the keywords) with
 ``register(sub)``."""
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -16,6 +18,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from prl.store.db import Store
 
     store = Store(args.db, create=False)
+    if args.study:
+        from flows.study import write_report
+
+        rep = write_report(args.study, args.db, args.out or Path(args.db).parent)
+        if args.json:
+            print(json.dumps({k: v for k, v in rep.items() if k != "markdown"}, indent=2, default=str))
+        else:
+            print(rep["markdown"])
+        print(f"written: {rep['files']['md']}, {rep['files']['html']}, {rep['files']['json']}", file=sys.stderr)
+        return 0
     if args.agreement:
         from prl.evaluation.agreement import agreement, render_agreement
 
@@ -59,6 +71,7 @@ examples:
   prl report --db runs/store.duckdb --runs base-run,prl-run --k 1,8
   prl report --db runs/store.duckdb --agreement import-saturn-1a2b3c4d
   prl report --db runs/store.duckdb --agreement RUN.rescore --against RUN
+  prl report --db runs/study/embedded/store.duckdb --study embedded
 """)
     p.add_argument("--db", default=None, help="store file; without it only the paper's rows are checked")
     p.add_argument("--runs", default=None,
@@ -72,4 +85,9 @@ examples:
     p.add_argument("--against", default=None, metavar="RUN2", help="with --agreement: the other run to compare with")
     p.add_argument("--full", action="store_true", help="with --agreement: whole problems and responses, every "
                                                          "unmatched row")
+    p.add_argument("--study", default=None, metavar="ID",
+                   help="the report of study ID (prl study): CIs across seeds and problems, each cell against the "
+                        "baseline seed by seed, reward against KL; also written as study_report.{md,html,json}")
+    p.add_argument("--out", default=None, metavar="DIR", help="with --study: where the report files go (default: "
+                                                               "the store's folder)")
     p.set_defaults(func=_cmd_report)

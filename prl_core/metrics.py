@@ -211,3 +211,67 @@ def aggregate_bootstrap_ci(scores: dict[str, torch.Tensor], *, how: str = "micro
     agg = sums / total if how == "micro" else means / len(parts)
     lo, hi = torch.quantile(agg, torch.tensor([alpha / 2, 1 - alpha / 2], dtype=torch.float64)).tolist()
     return (lo, hi)
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b) by Lentz's continued fraction (converges for x < (a+1)/(a+b+2);
+    the other side by symmetry)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    f, c, d = 1.0, 1.0, 0.0
+    for i in range(400):
+        m = i // 2
+        if i == 0:
+            num = 1.0
+        elif i % 2 == 0:
+            num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        else:
+            num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        d = 1.0 + num * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + num / c
+        c = c if abs(c) > tiny else tiny
+        f *= c * d
+        if abs(1.0 - c * d) < 1e-14:
+            break
+    return front * (f - 1.0)
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Quantile of Student's t distribution with ``df`` degrees of freedom (bisection on its CDF)."""
+    if not 0.0 < p < 1.0 or df < 1:
+        raise ValueError(f"t_quantile: need 0 < p < 1 and df >= 1, got p={p}, df={df}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+
+    def cdf(t: float) -> float:
+        return 1.0 - 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def seed_ci(values: Sequence[float] | torch.Tensor, *, alpha: float = 0.05) -> dict[str, float]:
+    """Mean of one figure across independent seeds (S,) with its Student-t CI: seeds are the unit of
+    replication, so the interval is mean ± t_{1−α/2, S−1} · sd / √S. With one seed the CI is NaN."""
+    v = torch.as_tensor(values, dtype=torch.float64).flatten()
+    s = v.numel()
+    if s == 0:
+        return {"mean": math.nan, "lo": math.nan, "hi": math.nan, "sd": math.nan, "seeds": 0}
+    mean = float(v.mean())
+    if s == 1:
+        return {"mean": mean, "lo": math.nan, "hi": math.nan, "sd": math.nan, "seeds": 1}
+    sd = float(v.std(unbiased=True))
+    half = t_quantile(1.0 - alpha / 2.0, s - 1) * sd / math.sqrt(s)
+    return {"mean": mean, "lo": mean - half, "hi": mean + half, "sd": sd, "seeds": s}

@@ -206,3 +206,58 @@ WHERE s.run_id = $run_id ORDER BY s.dataset, s.problem_id, s.sample_idx;
 -- name: problems_of_dataset
 SELECT dataset, problem_id, problem, gold, gold_normalized, meta FROM problems WHERE dataset = $dataset
 ORDER BY problem_id;
+
+-- name: upsert_study
+INSERT INTO studies (study_id, status, config, manifest) VALUES ($study_id, $status, $config, $manifest)
+ON CONFLICT (study_id) DO UPDATE SET status = excluded.status, manifest = excluded.manifest;
+
+-- name: set_study_status
+UPDATE studies SET status = $status WHERE study_id = $study_id;
+
+-- name: get_study
+SELECT study_id, created_at, status, config, manifest FROM studies WHERE study_id = $study_id;
+
+-- name: list_studies
+SELECT study_id, created_at, status,
+       (SELECT count(*) FROM study_cells c WHERE c.study_id = s.study_id) AS jobs,
+       (SELECT count(*) FROM study_cells c WHERE c.study_id = s.study_id AND c.status = 'finished') AS finished
+FROM studies s ORDER BY created_at, study_id;
+
+-- name: upsert_study_cell
+INSERT INTO study_cells (study_id, cell, seed, train_run_id, eval_run_id, varied, status)
+VALUES ($study_id, $cell, $seed, $train_run_id, $eval_run_id, $varied, $status)
+ON CONFLICT (study_id, cell, seed) DO UPDATE SET status = excluded.status, eval_run_id = excluded.eval_run_id;
+
+-- name: finish_study_cell
+UPDATE study_cells SET status = 'finished', eval_run_id = $eval_run_id, finished_at = current_timestamp
+WHERE study_id = $study_id AND cell = $cell AND seed = $seed;
+
+-- name: set_study_cell_status
+UPDATE study_cells SET status = $status WHERE study_id = $study_id AND cell = $cell AND seed = $seed;
+
+-- name: study_cells_for_study
+SELECT c.cell, c.seed, c.train_run_id, c.eval_run_id, c.varied, c.status, c.finished_at,
+       t.status AS train_status, t.config AS train_config, e.status AS eval_status
+FROM study_cells c
+LEFT JOIN runs t ON t.run_id = c.train_run_id
+LEFT JOIN runs e ON e.run_id = c.eval_run_id
+WHERE c.study_id = $study_id ORDER BY c.seed, c.cell;
+
+-- name: study_problem_outcomes
+-- Per (cell, seed, problem) of a study's finished evaluations: samples n, correct c, average@n.
+SELECT c.cell, c.seed, o.dataset, o.problem_id, o.n, o.c, o.average
+FROM study_cells c JOIN problem_outcomes o ON o.run_id = c.eval_run_id
+WHERE c.study_id = $study_id AND c.status = 'finished'
+ORDER BY c.cell, c.seed, o.dataset, o.problem_id;
+
+-- name: study_train_curves
+-- Reward and KL-to-reference of every step of a study's training runs, one row per (cell, seed, step).
+SELECT c.cell, c.seed, m.step,
+       max(CASE WHEN m.name = 'reward/mean' THEN m.value END) AS reward,
+       max(CASE WHEN m.name = 'kl/ref' THEN m.value END)      AS kl
+FROM study_cells c JOIN train_metrics m ON m.run_id = c.train_run_id
+WHERE c.study_id = $study_id AND m.name IN ('reward/mean', 'kl/ref')
+GROUP BY c.cell, c.seed, m.step ORDER BY c.cell, c.seed, m.step;
+
+-- name: study_cell_status
+SELECT status FROM study_cells WHERE study_id = $study_id AND cell = $cell AND seed = $seed;

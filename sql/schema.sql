@@ -88,6 +88,28 @@ CREATE TABLE IF NOT EXISTS train_rollouts (
     PRIMARY KEY (run_id, step, rollout_idx)
 );
 
+-- Studies (`prl study`): a grid of training settings (cells) x seeds; each (cell, seed) is one training
+-- run and its evaluation, both ordinary runs above, tagged here with the study.
+CREATE TABLE IF NOT EXISTS studies (
+    study_id   VARCHAR PRIMARY KEY,
+    created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+    status     VARCHAR NOT NULL,             -- 'running' | 'finished' | 'failed'
+    config     JSON,                         -- the study file as read: study, base, cells (expanded)
+    manifest   JSON                          -- git commit/dirty, packages, machine, seed list
+);
+
+CREATE TABLE IF NOT EXISTS study_cells (
+    study_id     VARCHAR NOT NULL,
+    cell         VARCHAR NOT NULL,
+    seed         INTEGER NOT NULL,
+    train_run_id VARCHAR NOT NULL,           -- runs.run_id of the cell's training run
+    eval_run_id  VARCHAR,                    -- runs.run_id of the evaluation of its final policy
+    varied       JSON,                       -- the dotted config keys this cell sets over the study's base
+    status       VARCHAR NOT NULL,           -- 'pending' | 'running' | 'finished' | 'failed'
+    finished_at  TIMESTAMP,
+    PRIMARY KEY (study_id, cell, seed)
+);
+
 -- One row per (run, problem): how many samples, how many correct, average@n.
 CREATE OR REPLACE VIEW problem_outcomes AS
 SELECT run_id, dataset, problem_id,

@@ -91,3 +91,39 @@ def add_repeating_run(path, run_id: str = "train-rep", step: int = 2) -> str:
                                                "start_tok": 6 * j, "end_tok": 6 * j + 5, "kl_to_go": 0.1,
                                                "rho": 0.0} for j in range(3)))
     return str(path)
+
+
+def add_study(db) -> str:
+    """A finished study 'st' of two cells (grpo, prl) × two seeds with given outcomes: n = 2 samples of 3
+    problems each, correct counts below; two training steps of reward and KL per run."""
+    store = Store(db)
+    # correct counts c per (cell, seed) for problems p0, p1, p2
+    counts = {("grpo", 0): [0, 1, 2], ("grpo", 1): [1, 1, 2], ("prl", 0): [1, 2, 2], ("prl", 1): [2, 1, 2]}
+    cells = [{"name": "grpo", "varied": ["algorithm.estimator"]}, {"name": "prl", "varied": ["algorithm.estimator",
+                                                                                             "algorithm.eta"]}]
+    config = {"study": {"id": "st", "seeds": [0, 1], "baseline": "grpo"}, "cells": cells}
+    store.execute("upsert_study", study_id="st", status="finished", config=config, manifest={})
+    store.insert_problems([])
+    for (cell, seed), cs in counts.items():
+        train, ev = f"st.{cell}.s{seed}", f"st.{cell}.s{seed}@step2"
+        algo = {"estimator": cell, "eta": 10.0 if cell == "prl" else None}
+        store.execute("upsert_run", run_id=train, kind="train", model="m", status="finished",
+                      config={"algorithm": algo, "train": {"lr": 1e-5, "seed": seed, "run_id": train}}, manifest={},
+                      parent_run_id=None, train_step=None)
+        store.execute("upsert_run", run_id=ev, kind="eval", model="m", status="finished", config={}, manifest={},
+                      parent_run_id=train, train_step=2)
+        store.execute("upsert_study_cell", study_id="st", cell=cell, seed=seed, train_run_id=train, eval_run_id=None,
+                      varied=[], status="pending")
+        store.execute("finish_study_cell", study_id="st", cell=cell, seed=seed, eval_run_id=ev)
+        rows = []
+        for p, c in enumerate(cs):
+            for i in range(2):
+                ok = i < c
+                rows.append({"run_id": ev, "dataset": "synth_test", "problem_id": f"p{p}", "sample_idx": i,
+                             "response": "r", "extracted_answer": "1", "verdict": "correct" if ok else "wrong",
+                             "score": 1.0 if ok else 0.0, "n_tokens": 3, "finish_reason": "stop", "verify_ms": 1.0})
+        store.insert_samples(rows)
+        store.execute_many("insert_train_metric", [{"run_id": train, "step": step, "name": name, "value": v}
+                                                   for step in (1, 2)
+                                                   for name, v in (("reward/mean", 0.1 * step), ("kl/ref", 0.01 * step))])
+    return str(db)

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dashboard_seed import REPEATED, SCRIPT, add_repeating_run, seed  # noqa: E402
+from dashboard_seed import REPEATED, SCRIPT, add_repeating_run, add_study, seed  # noqa: E402
 from procs import listening_addresses  # noqa: E402
 
 from dashboard import charts, data  # noqa: E402
@@ -33,8 +33,8 @@ def db(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def db_repeating(tmp_path_factory):
-    """The seeded store plus a training run whose two inspected rollouts at step 2 are identical."""
-    return add_repeating_run(seed(tmp_path_factory.mktemp("dash_rep") / "store.duckdb"))
+    """The seeded store plus a training run whose two inspected rollouts at step 2 are identical, and a study."""
+    return add_study(add_repeating_run(seed(tmp_path_factory.mktemp("dash_rep") / "store.duckdb")))
 
 
 @pytest.fixture
@@ -466,3 +466,22 @@ def test_agreement_page_on_a_real_import(tmp_path, monkeypatch):
     at.selectbox(key="agreement/against/amc-import").set_value("base").run()
     assert not at.exception, [e.value for e in at.exception]
     assert shared > 0 and {m.label: m.value for m in at.metric}["samples compared"] == str(shared)
+
+
+def test_study_page_shows_the_report(db_repeating, monkeypatch):
+    """The Study page on the seeded study: the report's numbers, the paired note, the config check."""
+    from streamlit.testing.v1 import AppTest
+
+    from prl.store.db import Store
+    from prl.studies.report import study_report
+
+    monkeypatch.setenv(data.DB_ENV, db_repeating)
+    at = AppTest.from_file(str(PAGES / "study.py"), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    rep = study_report(Store(db_repeating, create=False), "st")
+    shown = at.dataframe[0].value
+    expected = {r["cell"]: r["mean"] for r in rep["per_cell"] if r["metric"] == "average@2"}
+    assert dict(zip(shown["cell"], shown["mean"])) == pytest.approx(expected)
+    assert "includes 0" in at.dataframe[1].value["note"].iloc[0]
+    assert any("declares" in s.value for s in at.success)
+    assert [m.value for m in at.metric][:3] == ["2", "2", "4 / 4"]

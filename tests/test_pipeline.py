@@ -3,6 +3,7 @@ run) on localhost. The main job killed at random points and rerun: tests/faults/
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -59,8 +60,10 @@ def _free_port() -> int:
 
 
 @pytest.mark.e2e
-def test_deployment_on_a_local_server(tmp_path):
-    """The README's sequence: server → work pool → deploy → worker → run (the report deployment)."""
+def test_deployments_and_checkpoint_trigger_on_a_local_server(tmp_path, tiny_model_dir):
+    """The README's sequence: server → work pool → deploy → worker → run (the report deployment); then
+    evaluation that follows training: a training run writing two checkpoints, its events, the
+    automation prefect.yaml declares, and exactly two evaluation runs linked to the run and its steps."""
     sys.path.insert(0, str(ROOT / "tests"))
     from dashboard_seed import seed
 
@@ -88,7 +91,8 @@ def test_deployment_on_a_local_server(tmp_path):
         r = subprocess.run([prefect, "--no-prompt", "deploy", "--all"], cwd=ROOT, env=env, capture_output=True,
                            text=True, timeout=300)
         assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-        for name in ("pipeline/pipeline", "train/train", "evaluate/evaluate", "report/report"):
+        for name in ("pipeline/pipeline", "train/train", "evaluate/evaluate", "report/report", "study/study",
+                     "evaluate-checkpoint/evaluate-checkpoint", "evaluate-pending/evaluate-pending"):
             assert name.split("/")[0] in r.stdout, name
         worker = subprocess.Popen([prefect, "worker", "start", "--pool", "prl-local"], cwd=ROOT, env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -96,6 +100,7 @@ def test_deployment_on_a_local_server(tmp_path):
                             "--watch-timeout", "300"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
         assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
         assert "Completed" in r.stdout + r.stderr
+        _checkpoint_trigger(tmp_path, tiny_model_dir, env, prefect)
     finally:
         for p in (worker, server):
             if p is not None and p.poll() is None:
@@ -104,3 +109,50 @@ def test_deployment_on_a_local_server(tmp_path):
                     p.wait(20)
                 except subprocess.TimeoutExpired:
                     os.killpg(p.pid, signal.SIGKILL)
+
+
+def _checkpoint_trigger(tmp_path, model, env, prefect) -> None:
+    """A trainer with PREFECT_API_URL set: two checkpoints → two prl.checkpoint.saved events → the
+    evaluate-checkpoint automation runs the deployment once per event on the worker → two eval runs."""
+    import yaml
+
+    from prl.store.db import Store
+    from prl.training.checkpoints import CHECKPOINT_EVENT
+
+    r = subprocess.run([prefect, "automation", "ls"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert "evaluate-checkpoint on prl.checkpoint.saved" in r.stdout, r.stdout[-2000:]
+    db = tmp_path / "train-store.duckdb"
+    cfg = {"algorithm": {"estimator": "grpo", "n_samples": 2},
+           "train": {"model": str(model), "out_dir": str(tmp_path / "ckpt-run"), "db": str(db), "run_id": "ckpt-run",
+                     "steps": 2, "prompts_per_step": 2, "mini_batch_size": 4, "micro_batch_size": 4, "max_tokens": 16,
+                     "checkpoint_every": 1, "eval_every": 0, "eval_datasets": ["synth_test:3"], "eval_n": 2,
+                     "eval_limit": None, "segments_per_step": 1}}
+    (tmp_path / "ckpt.yaml").write_text(yaml.safe_dump(cfg))
+    r = subprocess.run([sys.executable, "-m", "prl_cli", "train", "--config", str(tmp_path / "ckpt.yaml"),
+                        "--no-progress"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert (r.stdout + r.stderr).count(f"event {CHECKPOINT_EVENT} sent") == 2, (r.stdout + r.stderr)[-3000:]
+    deadline, runs, completed = time.monotonic() + 420, [], 0
+    while time.monotonic() < deadline:
+        ls = subprocess.run([prefect, "flow-run", "ls", "--flow-name", "evaluate-checkpoint", "--limit", "20"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        completed, failed = ls.stdout.count("COMPLETED"), ls.stdout.count("FAILED") + ls.stdout.count("CRASHED")
+        assert not failed, ls.stdout
+        if completed >= 2:
+            break
+        time.sleep(3)
+    assert completed == 2, ls.stdout
+    time.sleep(5)  # nothing more arrives: one flow run per event
+    ls = subprocess.run([prefect, "flow-run", "ls", "--flow-name", "evaluate-checkpoint", "--limit", "20"],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert ls.stdout.count("COMPLETED") == 2 and "RUNNING" not in ls.stdout and "SCHEDULED" not in ls.stdout, ls.stdout
+    store = Store(db, create=False)
+    with store.read() as con:
+        runs = con.execute("SELECT run_id, parent_run_id, train_step, status, (SELECT count(*) FROM samples s "
+                           "WHERE s.run_id = r.run_id), json_extract_string(config, '$.model_fingerprint') "
+                           "FROM runs r WHERE kind = 'eval' ORDER BY run_id").fetchall()
+    fingerprints = [json.loads((tmp_path / "ckpt-run" / "exports" / f"step_{s:06d}" / "prl_export.json").read_text()
+                               )["fingerprint"] for s in (1, 2)]
+    assert [r[:5] for r in runs] == [("ckpt-run@step1", "ckpt-run", 1, "finished", 6),
+                                     ("ckpt-run@step2", "ckpt-run", 2, "finished", 6)]  # 3 problems × n = 2, once
+    assert [r[5] for r in runs] == fingerprints and fingerprints[0] != fingerprints[1]

@@ -18,6 +18,26 @@ DEFAULT = ["reward/mean", "reward/accuracy", "kl/ref", "actor/entropy", "actor/c
            "prl/rho_mean", "prl/rho_std", "time/step"]
 
 
+LIVE_S = 10
+
+
+def curves(run_ids: list[str], shown: list[str], live: bool) -> None:
+    """The curves and the evaluation points; redrawn on its own every LIVE_S seconds when following."""
+    @st.fragment(run_every=LIVE_S if live else None)
+    def draw() -> None:
+        metrics = ui.train_metrics(ui.db(), run_ids)
+        evals = ui.eval_points(ui.db(), run_ids)
+        cols = st.columns(2)
+        for i, name in enumerate(shown):
+            cols[i % 2].plotly_chart(charts.training_curves(metrics, name, evals), width="stretch",
+                                     key=ui.key("training", "curve", name, run_ids))
+        if not evals.empty:
+            st.subheader("Evaluations during training")
+            st.dataframe(evals, hide_index=True, width="stretch", key=ui.key("training", "evals", run_ids))
+
+    draw()
+
+
 def body() -> None:
     df = ui.all_runs()
     if df is None:
@@ -36,14 +56,9 @@ def body() -> None:
     names = sorted(metrics["name"].unique())
     shown = st.multiselect("metrics", names, default=[n for n in DEFAULT if n in names],
                            key=ui.key("training", "metrics"))
-    evals = ui.eval_points(ui.db(), run_ids)
-    cols = st.columns(2)
-    for i, name in enumerate(shown):
-        cols[i % 2].plotly_chart(charts.training_curves(metrics, name, evals), width="stretch",
-                                 key=ui.key("training", "curve", name, run_ids))
-    if not evals.empty:
-        st.subheader("Evaluations during training")
-        st.dataframe(evals, hide_index=True, width="stretch", key=ui.key("training", "evals", run_ids))
+    live = st.toggle(f"follow the runs (redraw every {LIVE_S} s: new steps, and evaluation points as the "
+                     "evaluate-checkpoint deployment stores them)", key=ui.key("training", "live"))
+    curves(run_ids, shown, live)
     st.subheader("Where the weight went: segments of inspected rollouts")
     run_id = st.selectbox("run", run_ids, key=ui.key("training", "rollout_run"))
     steps = ui.rollout_steps(ui.db(), run_id)

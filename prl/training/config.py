@@ -71,6 +71,13 @@ class TrainConfig:
     """Save a DeepSpeed checkpoint every N steps (and at the end); resumption restarts from the last one."""
     keep_checkpoints: int = 2
     """How many recent checkpoints to keep on disk."""
+    export_checkpoints: bool = True
+    """At each checkpoint also write the policy as a Hugging Face directory out/exports/step_N and emit the
+    Prefect event prl.checkpoint.saved (the evaluate-checkpoint deployment's trigger; sent when PREFECT_API_URL
+    names a server)."""
+    keep_exports: int = 0
+    """How many recent checkpoint exports to keep (0: all; an export is what a triggered or nightly evaluation
+    loads, so prune only what has been evaluated)."""
     eval_every: int = 0
     """Evaluate the current policy every N steps through the evaluation flow (0 = only at the end if eval_datasets)."""
     eval_datasets: tuple[str, ...] = ("synth_test",)
@@ -98,7 +105,7 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 fail(name, f"expected an integer >= 1, got {v!r}")
-        for name in ("eval_every", "warmup_steps", "segments_per_step"):
+        for name in ("eval_every", "warmup_steps", "segments_per_step", "keep_exports"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 fail(name, f"expected an integer >= 0, got {v!r}")

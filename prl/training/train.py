@@ -63,6 +63,7 @@ from prl.generation.engines.base import derive_seed
 from prl.grading.verifier import VerifierPool
 from prl.manifest import run_manifest
 from prl.store.db import Store
+from prl.training import checkpoints as ckpt
 from prl.training.config import RunConfig, TrainConfig, add_run_arguments, run_config_from_args
 
 
@@ -549,6 +550,8 @@ class Trainer:
         self._pending.append((step, metrics, segs))
         if step % self.t.checkpoint_every == 0 or step == self.t.steps:
             self.save_checkpoint()
+            if self.t.export_checkpoints:
+                self.export_checkpoint()
         if self.store is not None:
             self.write_metrics(step, metrics, segs)
 
@@ -585,6 +588,26 @@ class Trainer:
             for old in tags[: -self.t.keep_checkpoints]:
                 shutil.rmtree(old, ignore_errors=True)
         torch.distributed.barrier()
+
+    def export_checkpoint(self) -> Path:
+        """The checkpoint's policy as a Hugging Face directory ``out/exports/step_N`` (what vLLM and the
+        ``evaluate-checkpoint`` deployment load) with its record, announced by a Prefect event."""
+        target = ckpt.export_dir(self.out, self.step_no)
+        with self._full_parameters():
+            if self.rank == 0:
+                _save_policy(self.engine.module, self.tokenizer, target)
+        torch.distributed.barrier()
+        if self.rank == 0:
+            record = ckpt.write_record(target, run_id=self.run_id, step=self.step_no, db=self.t.db, evaluation={
+                "datasets": list(self.t.eval_datasets), "n": self.t.eval_n, "limit": self.t.eval_limit,
+                "max_tokens": self.t.max_tokens, "engine": self.t.engine, "seed": self.t.seed})
+            sent = ckpt.emit_checkpoint_event(record, log=self.log)
+            self.log(f"[train] step {self.step_no}: export {target} (fingerprint {record['fingerprint']})"
+                     + (f", event {ckpt.CHECKPOINT_EVENT} sent" if sent else ""))
+            if self.t.keep_exports:
+                for old in sorted((self.out / ckpt.EXPORTS_DIR).glob("step_*"))[: -self.t.keep_exports]:
+                    shutil.rmtree(old, ignore_errors=True)
+        return target
 
     def resume(self) -> bool:
         """Load the latest checkpoint (model, optimizer, scheduler, RNG, step). False if there is none.
@@ -644,8 +667,12 @@ class Trainer:
         self.export_policy()  # the evaluation records (and a user reloads) the weights it evaluated
         if self.rank != 0:
             return None
-        cfg = EvalConfig(model=str(self.out / SYNC_DIR), datasets=tuple(self.t.eval_datasets), n=self.t.eval_n,
-                         db=self.t.db, run_id=f"{self.run_id}@step{self.step_no}", engine=self.t.engine,
+        # the step's checkpoint export when there is one: the same model (path and fingerprint) that the
+        # evaluate-checkpoint deployment evaluates for this step, so both resume one run, never make two
+        export = ckpt.export_dir(self.out, self.step_no)
+        model = export if (export / ckpt.EXPORT_RECORD).is_file() else self.out / SYNC_DIR
+        cfg = EvalConfig(model=str(model), datasets=tuple(self.t.eval_datasets), n=self.t.eval_n,
+                         db=self.t.db, run_id=ckpt.eval_run_id(self.run_id, self.step_no), engine=self.t.engine,
                          limit=self.t.eval_limit, max_tokens=self.t.max_tokens, temperature=1.0, seed=self.t.seed,
                          verifier_workers=self.t.verifier_workers, parent_run_id=self.run_id,
                          train_step=self.step_no)

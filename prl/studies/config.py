@@ -1,0 +1,389 @@
+"""A study's typed configuration (``configs/study/*.yaml``): a base training run, the cells that
+vary it, the seeds that replicate every cell, and how each cell is evaluated.
+
+    study:   id, out_dir, db, seeds, baseline, concurrency, warm_start, eval
+    base:    a training config (algorithm: and train:) every cell starts from
+    cells:   a list; each has a name, algorithm:/train: keys over the base, and optionally a
+             grid: {algorithm.eta: [5, 20, 80]} that expands it into one cell per value
+
+Everything is checked before anything runs (:func:`load_study`), with messages that say how to fix
+the file: a PRL key on a GRPO cell, a grid with no cells, seeds that collide, two cells that are
+the same run, a baseline that is not a cell, a cell whose training config is invalid.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import re
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from prl_core.config import PRL_ONLY, AlgorithmConfig, ConfigError
+
+from prl.training.config import RunConfig, TrainConfig, train_from_dict
+
+RUN_KEYS = ("model", "out_dir", "db", "run_id", "seed")
+"""TrainConfig fields the study sets for every cell itself (where it trains, what it starts from, its seed):
+a cell or the base may not set them."""
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
+
+
+@dataclass(frozen=True)
+class StudyEval:
+    """How every cell's final policy is evaluated (one eval run per cell and seed, by the trainer's own
+    rollout engine at its max_tokens and temperature 1)."""
+
+    datasets: tuple[str, ...] = ("synth_test",)
+    """Data sets (``name`` or ``name:K`` for the first K problems), as ``prl eval --datasets``."""
+    n: int = 4
+    """Samples per problem (average@n and pass@k for k = 1..n)."""
+    limit: int | None = None
+    """Problems per data set (None: all)."""
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """The study's starting model on the embedded default: the tiny model built from a seed and warm-started
+    by SFT, once for the whole study (cells then differ only in what the grid says)."""
+
+    sft_steps: int = 600
+    """Warm-start SFT steps (``prl model sft``)."""
+    direct_frac: float = 0.5
+    """Share of warm-start solutions written without the working (``SFTConfig.direct_frac``)."""
+    seed: int = 0
+    """Seed of the model's initialisation and of the warm start (the same for every cell)."""
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """The ``study:`` section."""
+
+    id: str
+    """Study id: every cell's runs are tagged with it (``<id>.<cell>.s<seed>``)."""
+    out_dir: str = ""
+    """Where the cells train and the report is written (default runs/study/<id>)."""
+    db: str | None = None
+    """Store of every cell's training and evaluation runs (default OUT_DIR/store.duckdb)."""
+    seeds: tuple[int, ...] = (0, 1, 2)
+    """Seeds; each cell runs once per seed (seeds are the unit of replication of the report's CIs)."""
+    baseline: str | None = None
+    """The cell every other is compared with, seed by seed (default: the first cell whose estimator is grpo)."""
+    concurrency: int = 1
+    """Cells that train at once (a Prefect concurrency limit). 1 on CPU: two trainers on 2 cores oversubscribe
+    OpenMP and run far slower than one after the other."""
+    warm_start: WarmStart | None = None
+    """Build and warm-start the embedded tiny model as the base model (instead of base.train.model)."""
+    eval: StudyEval = field(default_factory=StudyEval)
+    """How the cells are evaluated."""
+
+    @property
+    def store(self) -> str:
+        return self.db or str(Path(self.out_dir) / "store.duckdb")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One setting of the study: a name and the training config it stands for (without run keys)."""
+
+    name: str
+    run: RunConfig
+    varied: tuple[str, ...]
+    """Dotted keys this cell sets over the base (its own keys and its grid keys)."""
+
+    def run_id(self, study: str, seed: int) -> str:
+        return f"{study}.{self.name}.s{seed}"
+
+
+@dataclass(frozen=True)
+class Study:
+    settings: StudySettings
+    base: dict[str, Any]
+    cells: tuple[Cell, ...]
+    source: str
+    raw: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return self.settings.id
+
+    @property
+    def baseline(self) -> str:
+        return self.settings.baseline  # type: ignore[return-value]  # resolved in load_study
+
+    def cell(self, name: str) -> Cell:
+        return next(c for c in self.cells if c.name == name)
+
+    def jobs(self) -> list[tuple[Cell, int]]:
+        """Every (cell, seed) pair, seed-major: the first seed of every cell first, so that an interrupted
+        study already holds a comparable row of cells."""
+        return [(c, s) for s in self.settings.seeds for c in self.cells]
+
+    def cell_config(self, cell: Cell, seed: int, model: str) -> RunConfig:
+        """The cell's training run for one seed: its own directory, run id, seed and the study's store."""
+        rc = copy.deepcopy(cell.run)
+        t = rc.train
+        t.model, t.seed, t.db = model, seed, self.settings.store
+        t.run_id = cell.run_id(self.id, seed)
+        t.out_dir = str(Path(self.settings.out_dir) / "cells" / cell.name / f"s{seed}")
+        # the trainer evaluates its final policy with its own rollout engine (no second engine start):
+        # eval run <run_id>@step<steps>, linked to the training run and step
+        ev = self.settings.eval
+        t.eval_every, t.eval_datasets, t.eval_n, t.eval_limit = 0, tuple(ev.datasets), ev.n, ev.limit
+        return rc
+
+    def eval_run_id(self, cell: Cell, seed: int) -> str:
+        return f"{cell.run_id(self.id, seed)}@step{cell.run.train.steps}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"study": json.loads(json.dumps(asdict(self.settings), default=list)), "base": self.base,
+                "cells": [{"name": c.name, "varied": list(c.varied), **c.run.to_dict()} for c in self.cells]}
+
+
+def _fail(source: str, where: str, msg: str) -> ConfigError:
+    return ConfigError(f"{source}: {where}: {msg}")
+
+
+def _section(data: Any, name: str, source: str, known: set[str]) -> dict[str, Any]:
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise _fail(source, name, f"expected a mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise _fail(source, name, f"unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}")
+    return data
+
+
+def _dataclass_from(cls, data: dict[str, Any], name: str, source: str, **extra):
+    data = _section(data, name, source, {f.name for f in fields(cls)} - set(extra))
+    try:
+        return cls(**{**data, **extra})
+    except TypeError as e:
+        raise _fail(source, name, str(e)) from None
+
+
+def _settings(data: dict[str, Any], source: str) -> StudySettings:
+    known = {f.name for f in fields(StudySettings)}
+    data = dict(_section(data, "study", source, known))
+    sid = data.get("id")
+    if not isinstance(sid, str) or not NAME.match(sid):
+        raise _fail(source, "study.id", f"give the study a name of letters, digits and -_.=+ (got {sid!r})")
+    seeds = data.get("seeds", StudySettings.seeds)
+    if not isinstance(seeds, (list, tuple)) or not seeds:
+        raise _fail(source, "study.seeds", f"give a list of one or more integer seeds, e.g. [0, 1, 2] (got {seeds!r})")
+    if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
+        raise _fail(source, "study.seeds", f"seeds must be integers >= 0, got {list(seeds)}")
+    repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
+    if repeated:
+        raise _fail(source, "study.seeds", f"seed(s) {repeated} appear more than once: a repeated seed reruns the "
+                    "same training and counts it twice as if it were independent; list each seed once")
+    conc = data.get("concurrency", 1)
+    if isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
+        raise _fail(source, "study.concurrency", f"expected an integer >= 1, got {conc!r}")
+    ws = data.get("warm_start")
+    warm = None if ws is None else _dataclass_from(WarmStart, ws, "study.warm_start", source)
+    ev = dict(data.get("eval") or {})
+    if "datasets" in ev:
+        if isinstance(ev["datasets"], str) or not ev["datasets"]:
+            raise _fail(source, "study.eval.datasets", f"give a list of data sets, got {ev['datasets']!r}")
+        ev["datasets"] = tuple(ev["datasets"])
+    evaluation = _dataclass_from(StudyEval, ev, "study.eval", source)
+    if not isinstance(evaluation.n, int) or evaluation.n < 1:
+        raise _fail(source, "study.eval.n", f"expected an integer >= 1, got {evaluation.n!r}")
+    return StudySettings(id=sid, out_dir=str(data.get("out_dir") or f"runs/study/{sid}"), db=data.get("db"),
+                         seeds=tuple(seeds), baseline=data.get("baseline"), concurrency=conc, warm_start=warm,
+                         eval=evaluation)
+
+
+def _set_dotted(target: dict[str, Any], key: str, value: Any, source: str, where: str) -> None:
+    section, _, name = key.partition(".")
+    if section not in ("algorithm", "train") or not name or "." in name:
+        raise _fail(source, where, f"grid key {key!r}: expected algorithm.NAME or train.NAME")
+    target.setdefault(section, {})[name] = value
+
+
+def _short(key: str, value: Any) -> str:
+    name = key.split(".")[-1]
+    text = {"step_split": "split"}.get(name, name) + (
+        str(value).replace("\n", "n").replace("\\", "").replace(":", "") if not isinstance(value, str)
+        or value.replace("\n", "").isalnum() else "-" + re.sub(r"[^A-Za-z0-9]+", "", value.replace("\n", "n")))
+    return text
+
+
+def _expand(entry: Any, index: int, source: str) -> list[tuple[str, dict[str, Any], tuple[str, ...]]]:
+    """One ``cells:`` entry → [(name, {algorithm:…, train:…} overrides, varied keys)], its grid expanded."""
+    where = f"cells[{index}]"
+    entry = _section(entry, where, source, {"name", "algorithm", "train", "grid"})
+    name = entry.get("name")
+    if not isinstance(name, str) or not NAME.match(name):
+        raise _fail(source, f"{where}.name", f"every cell needs a name of letters, digits and -_.=+ (got {name!r})")
+    where = f"cell {name!r}"
+    over = {s: dict(_section(entry.get(s), f"{where} {s}", source, _known(s))) for s in ("algorithm", "train")}
+    for s in ("algorithm", "train"):
+        for k in over[s]:
+            if s == "train" and k in RUN_KEYS:
+                raise _fail(source, f"{where} train.{k}", "set by the study for every cell (study.out_dir, study.db, "
+                            "study.seeds, the base model); remove it from the cell")
+    own = tuple(f"{s}.{k}" for s in ("algorithm", "train") for k in over[s])
+    grid = entry.get("grid")
+    if grid is None:
+        return [(name, over, own)]
+    if not isinstance(grid, dict) or not grid:
+        raise _fail(source, f"{where} grid", "a grid expands into no cells: give at least one key with a list of "
+                    "values, e.g. grid: {algorithm.eta: [5, 20, 80]}")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise _fail(source, f"{where} grid.{key}", f"expected a non-empty list of values, got {values!r} (a grid "
+                        "with an empty list has no cells)")
+        if len(set(map(json.dumps, values))) != len(values):
+            raise _fail(source, f"{where} grid.{key}", f"repeated values {values}: each would be the same cell")
+        section, _, k = key.partition(".")
+        if section == "train" and k in RUN_KEYS:
+            raise _fail(source, f"{where} grid.{key}", "seeds are the study's replication (study.seeds), not a "
+                        "grid axis; run keys are set by the study")
+        if key in own:
+            raise _fail(source, f"{where} grid.{key}", f"also set in the cell's own {section}: section; keep one")
+    out = []
+    for combo in itertools.product(*grid.values()):
+        o = copy.deepcopy(over)
+        for key, value in zip(grid, combo):
+            _set_dotted(o, key, value, source, f"{where} grid")
+        suffix = "-".join(_short(k, v) for k, v in zip(grid, combo))
+        out.append((f"{name}-{suffix}", o, own + tuple(grid)))
+    return out
+
+
+def _known(section: str) -> set[str]:
+    cls = AlgorithmConfig if section == "algorithm" else TrainConfig
+    return {f.name for f in fields(cls)}
+
+
+def _cell_run(base: dict[str, Any], over: dict[str, Any], name: str, source: str) -> RunConfig:
+    algo = dict(base.get("algorithm") or {})
+    own_algo = over.get("algorithm", {})
+    estimator = own_algo.get("estimator", algo.get("estimator", AlgorithmConfig.estimator))
+    if estimator != "prl":
+        given = [k for k in PRL_ONLY if k in own_algo]
+        if given:
+            raise _fail(source, f"cell {name!r}", f"{', '.join('algorithm.' + k for k in given)} only apply to the "
+                        f"PRL estimator, but this cell trains {estimator}: remove them from the cell, or set "
+                        "algorithm.estimator: prl")
+        # PRL settings of the base do not reach a cell of another estimator (they would mean nothing)
+        algo = {k: v for k, v in algo.items() if k not in PRL_ONLY}
+    algo.update(own_algo)
+    train = {**(base.get("train") or {}), **over.get("train", {}), "model": "<study base model>"}
+    try:
+        a = AlgorithmConfig.from_dict(algo, source=f"cell {name!r} algorithm")
+        t = train_from_dict(train, source=f"cell {name!r} train")
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    try:
+        t.validate(a)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: cell {name!r}: {e}") from None
+    return RunConfig(a, t)
+
+
+def load_study(path: str | Path, *, study_id: str | None = None) -> Study:
+    """Read and check a study config; every error names the file and the key, and says how to fix it."""
+    p = Path(path)
+    source = str(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such study config") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ConfigError(f"{path}:{f'{mark.line + 1}:' if mark else ''} invalid YAML: {getattr(e, 'problem', e)}"
+                          ) from None
+    data = _section(data, "top level", source, {"study", "base", "cells"})
+    study_section = dict(data.get("study") or {})
+    if study_id:
+        study_section["id"] = study_id
+    settings = _settings(study_section, source)
+    base = _section(data.get("base"), "base", source, {"algorithm", "train"})
+    for k in (base.get("train") or {}):
+        if k in RUN_KEYS and k != "model":
+            raise _fail(source, f"base.train.{k}", "set by the study (study.out_dir, study.db, study.seeds); remove it")
+    if settings.warm_start is None and not (base.get("train") or {}).get("model"):
+        raise _fail(source, "base.train.model", "give the starting model directory, or study.warm_start: {} to "
+                    "build and warm-start the embedded tiny model")
+    if settings.warm_start is not None and (base.get("train") or {}).get("model"):
+        raise _fail(source, "base.train.model", "both a model and study.warm_start are given; keep one")
+    entries = data.get("cells")
+    if not isinstance(entries, list) or not entries:
+        raise _fail(source, "cells", "the study has no cells: list at least two, e.g. a grpo cell (the baseline) "
+                    "and a prl cell")
+    expanded = [x for i, e in enumerate(entries) for x in _expand(e, i, source)]
+    cells: list[Cell] = []
+    for name, over, varied in expanded:
+        if any(c.name == name for c in cells):
+            raise _fail(source, f"cell {name!r}", "two cells have this name (after grids are expanded); rename one")
+        cells.append(Cell(name, _cell_run(base, over, name, source), varied))
+    seen: dict[str, str] = {}
+    for c in cells:
+        key = json.dumps(c.run.to_dict(), sort_keys=True, default=list)
+        if key in seen:
+            raise _fail(source, f"cell {c.name!r}", f"trains exactly what cell {seen[key]!r} trains: with the same "
+                        "seeds the two would be one run counted twice; change or remove one")
+        seen[key] = c.name
+    baseline = settings.baseline
+    if baseline is None:
+        baseline = next((c.name for c in cells if c.run.algorithm.estimator == "grpo"), None)
+        if baseline is None:
+            raise _fail(source, "study.baseline", "no cell trains grpo; name the baseline cell (study.baseline)")
+    elif baseline not in {c.name for c in cells}:
+        raise _fail(source, "study.baseline", f"{baseline!r} is not a cell; cells: {', '.join(c.name for c in cells)}")
+    settings = StudySettings(**{**{f.name: getattr(settings, f.name) for f in fields(StudySettings)},
+                                "baseline": baseline})
+    model = (base.get("train") or {}).get("model")
+    if model:
+        cells = [Cell(c.name, RunConfig(c.run.algorithm, _with(c.run.train, model=model)), c.varied) for c in cells]
+    return Study(settings, base, tuple(cells), source, data)
+
+
+def _with(t: TrainConfig, **changes: Any) -> TrainConfig:
+    t = copy.deepcopy(t)
+    for k, v in changes.items():
+        setattr(t, k, v)
+    return t
+
+
+def config_differences(configs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """{dotted key: {cell: value}} for every key of the cells' (flattened) training configs that is not the
+    same in all of them, run keys (model, out_dir, db, run_id, seed) left out."""
+    flat = {name: _flatten(cfg) for name, cfg in configs.items()}
+    keys = sorted(set().union(*(f.keys() for f in flat.values()))) if flat else []
+    ignore = {f"train.{k}" for k in RUN_KEYS}
+    out = {}
+    for k in keys:
+        if k in ignore:
+            continue
+        values = {name: f.get(k) for name, f in flat.items()}
+        if len({json.dumps(v, sort_keys=True, default=str) for v in values.values()}) > 1:
+            out[k] = values
+    return out
+
+
+def _flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in cfg.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and k in ("algorithm", "train"):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def implied_keys(varied: set[str]) -> set[str]:
+    """Keys that follow from the varied ones: changing the estimator changes which PRL settings exist and
+    (dr_grpo) the std division."""
+    if "algorithm.estimator" in varied:
+        return varied | {f"algorithm.{k}" for k in PRL_ONLY} | {"algorithm.normalize_std"}
+    return varied

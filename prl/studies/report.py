@@ -1,0 +1,250 @@
+"""The study report (``prl report --study ID``, the ``study`` flow's artifact, the dashboard's Study page).
+
+From the store alone (the study's cells and their runs), per cell:
+
+* average@n and pass@k for k = 1..n on the held-out evaluation, micro-averaged over problems, with a
+  95% CI **across seeds** (Student t over the seeds' values: seeds are the unit of replication) and a
+  95% CI **across problems** (percentile bootstrap over problems of the seed-averaged per-problem value);
+* a **seed-matched paired comparison** with the baseline cell: for each seed both ran, the difference of
+  their average@n on the problems both evaluated; the mean difference with its t CI across seeds (and a
+  paired bootstrap over problems), and a note when the CI includes 0;
+* reward and KL-to-reference over training (the seeds' mean per step), and the η sweep of the PRL cells
+  that differ from each other only in η;
+* the cells' stored training configs, compared key by key: every key that differs between cells, and any
+  that differs where the study did not vary it (which would make the comparison unfair).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections import defaultdict
+from typing import Any
+
+import torch
+
+from prl_core.metrics import bootstrap_ci, paired_bootstrap_diff, pass_at_k, seed_ci
+
+from prl.evaluation.report import ReportError
+from prl.store.db import Store
+from prl.studies.config import config_differences, implied_keys
+
+
+class StudyNotFound(ReportError):
+    """No study of that id in the store."""
+
+
+def _outcomes(store: Store, study_id: str) -> dict[tuple[str, int], dict[tuple[str, str], tuple[int, int]]]:
+    """{(cell, seed): {(dataset, problem_id): (n, c)}} of the finished evaluations."""
+    out: dict[tuple[str, int], dict[tuple[str, str], tuple[int, int]]] = defaultdict(dict)
+    for r in store.records("study_problem_outcomes", study_id=study_id):
+        out[(r["cell"], r["seed"])][(r["dataset"], r["problem_id"])] = (int(r["n"]), int(r["c"]))
+    return out
+
+
+def _metric(problems: dict[tuple[str, str], tuple[int, int]], keys: list[tuple[str, str]], k: int | None
+            ) -> torch.Tensor:
+    """Per-problem value (P,) on ``keys``: average@n (k None) or pass@k."""
+    n = torch.tensor([problems[p][0] for p in keys])
+    c = torch.tensor([problems[p][1] for p in keys], dtype=torch.float64)
+    if k is None:
+        return c / n
+    return torch.stack([pass_at_k(c[i:i + 1], int(n[i]), k)[0] for i in range(len(keys))]) if keys else c
+
+
+def _ci_row(cell: str, metric: str, per_seed: dict[int, torch.Tensor]) -> dict[str, Any]:
+    seeds = sorted(per_seed)
+    s = seed_ci([float(per_seed[x].mean()) for x in seeds])
+    pooled = torch.stack([per_seed[x] for x in seeds]).mean(dim=0)
+    plo, phi = bootstrap_ci(pooled)
+    return {"cell": cell, "metric": metric, "mean": s["mean"], "seed_lo": s["lo"], "seed_hi": s["hi"],
+            "seed_sd": s["sd"], "problem_lo": plo, "problem_hi": phi, "seeds": len(seeds),
+            "per_seed": {str(x): float(per_seed[x].mean()) for x in seeds}, "problems": int(pooled.numel())}
+
+
+def study_report(store: Store, study_id: str) -> dict[str, Any]:
+    """Everything the report shows, computed from the stored rows of the study ``study_id``."""
+    found = store.records("get_study", study_id=study_id)
+    if not found:
+        known = [r["study_id"] for r in store.records("list_studies")]
+        raise StudyNotFound(f"study {study_id!r} is not in {store.path}; studies there: {', '.join(known) or 'none'}")
+    config = json.loads(found[0]["config"] or "{}")
+    cells = [c["name"] for c in config.get("cells", [])]
+    varied = {c["name"]: set(c.get("varied", [])) for c in config.get("cells", [])}
+    baseline = config["study"]["baseline"]
+    seeds = list(config["study"]["seeds"])
+    jobs = store.records("study_cells_for_study", study_id=study_id)
+    outcomes = _outcomes(store, study_id)
+
+    # one problem set for every figure: the problems every finished (cell, seed) evaluated
+    finished = sorted(outcomes)
+    common = sorted(set.intersection(*(set(outcomes[j]) for j in finished))) if finished else []
+    n = min((outcomes[j][p][0] for j in finished for p in common), default=0)
+
+    per_cell: list[dict[str, Any]] = []
+    values: dict[str, dict[int, torch.Tensor]] = {}
+    for cell in cells:
+        runs = {s: outcomes[(cell, s)] for s in seeds if (cell, s) in outcomes}
+        if not runs or not common:
+            continue
+        values[cell] = {s: _metric(p, common, None) for s, p in runs.items()}
+        per_cell.append(_ci_row(cell, f"average@{n}", values[cell]))
+        for k in range(1, n + 1):
+            per_cell.append(_ci_row(cell, f"pass@{k}", {s: _metric(p, common, k) for s, p in runs.items()}))
+
+    paired: list[dict[str, Any]] = []
+    for cell in cells:
+        if cell == baseline or cell not in values or baseline not in values:
+            continue
+        both = sorted(set(values[cell]) & set(values[baseline]))
+        if not both:
+            continue
+        diffs = {s: float(values[cell][s].mean() - values[baseline][s].mean()) for s in both}
+        s = seed_ci(list(diffs.values()))
+        a = torch.stack([values[baseline][x] for x in both]).mean(dim=0)
+        b = torch.stack([values[cell][x] for x in both]).mean(dim=0)
+        prob = paired_bootstrap_diff(a, b)
+        includes_zero = not (s["lo"] > 0 or s["hi"] < 0)  # NaN (one seed) counts as including 0
+        paired.append({"cell": cell, "baseline": baseline, "metric": f"average@{n}", "seeds": len(both),
+                       "per_seed": {str(k): v for k, v in diffs.items()}, "diff": s["mean"], "lo": s["lo"],
+                       "hi": s["hi"], "problem_lo": prob["lo"], "problem_hi": prob["hi"],
+                       "includes_zero": includes_zero,
+                       "note": ("the CI across seeds includes 0: no difference shown at this number of seeds"
+                                if includes_zero else ("better than" if s["mean"] > 0 else "worse than")
+                                + f" {baseline} on every reading of the CI across seeds")})
+
+    curves = [dict(r) for r in store.records("study_train_curves", study_id=study_id)]
+
+    stored = {}
+    for j in jobs:
+        if j["train_config"] and j["cell"] not in stored:
+            cfg = json.loads(j["train_config"])
+            stored[j["cell"]] = {"algorithm": cfg.get("algorithm", {}), "train": cfg.get("train", {})}
+    diffs = config_differences(stored)
+    allowed = implied_keys(set().union(*varied.values())) if varied else set()
+    undeclared = sorted(k for k in diffs if k not in allowed)
+
+    eta = _eta_sweep(per_cell, stored, varied, f"average@{n}")
+    return {"study_id": study_id, "status": found[0]["status"], "baseline": baseline, "seeds": seeds,
+            "cells": cells, "n": n, "problems": len(common),
+            "datasets": sorted({d for d, _ in common}),
+            "jobs": [{k: j[k] for k in ("cell", "seed", "train_run_id", "eval_run_id", "status")} for j in jobs],
+            "per_cell": per_cell, "paired": paired, "curves": curves, "eta_sweep": eta,
+            "config_differences": diffs, "undeclared_differences": undeclared,
+            "manifest": json.loads(found[0]["manifest"] or "{}")}
+
+
+def _eta_sweep(per_cell: list[dict[str, Any]], stored: dict[str, dict], varied: dict[str, set[str]],
+               metric: str) -> list[dict[str, Any]]:
+    """average@n against η for the PRL cells that vary η and nothing else besides what they share."""
+    rows = []
+    for r in per_cell:
+        cfg = stored.get(r["cell"])
+        if r["metric"] != metric or not cfg or cfg["algorithm"].get("estimator") != "prl":
+            continue
+        if "algorithm.eta" not in varied.get(r["cell"], set()):
+            continue
+        eta = cfg["algorithm"].get("eta")
+        eta = math.inf if eta in ("inf", None) else float(eta)
+        rows.append({"cell": r["cell"], "eta": eta, "mean": r["mean"], "seed_lo": r["seed_lo"],
+                     "seed_hi": r["seed_hi"], "split": cfg["algorithm"].get("step_split"),
+                     "order": cfg["algorithm"].get("order")})
+    # a sweep is the cells sharing split and order; keep the largest such group
+    groups: dict[tuple, list] = defaultdict(list)
+    for r in rows:
+        groups[(r["split"], r["order"])].append(r)
+    best = max(groups.values(), key=len, default=[])
+    return sorted(best, key=lambda r: r["eta"]) if len(best) >= 2 else []
+
+
+CANNOT_SHOW = (
+    "What this study can show: differences between cells larger than the CI across its seeds, on the data "
+    "it evaluates. What it cannot: a difference smaller than that CI (with 3 seeds the t quantile is 4.30, "
+    "so CIs are wide), anything about other models, tasks or response lengths than the ones trained here, "
+    "and, on the embedded default, anything about the paper's numbers (a 0.85 M-parameter model on a "
+    "synthetic arithmetic task, ~30-token responses, a few dozen steps).")
+
+
+def _f(x: float | None, pct: bool = True) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{100 * x:.1f}" if pct else f"{x:.3g}"
+
+
+def render_markdown(rep: dict[str, Any], *, embedded: bool = False) -> str:
+    """The report as Markdown (the Prefect artifact and ``prl report --study``'s file)."""
+    done = sum(j["status"] == "finished" for j in rep["jobs"])
+    lines = [f"# Study `{rep['study_id']}`", "",
+             f"{len(rep['cells'])} cells × {len(rep['seeds'])} seeds ({done} of {len(rep['jobs'])} finished); "
+             f"baseline `{rep['baseline']}`; {rep['problems']} held-out problems "
+             f"({', '.join(rep['datasets']) or '–'}), n = {rep['n']} samples each. Percentages; "
+             "CIs are 95%: *seeds* = Student t across seeds, *problems* = bootstrap across problems.", ""]
+    metrics = [m for m in dict.fromkeys(r["metric"] for r in rep["per_cell"])]
+    lines += ["## Per cell", "", "| cell | seeds | " + " | ".join(metrics) + " |",
+              "|---|---|" + "---|" * len(metrics)]
+    by = {(r["cell"], r["metric"]): r for r in rep["per_cell"]}
+    for cell in rep["cells"]:
+        rows = [by.get((cell, m)) for m in metrics]
+        if not any(rows):
+            lines.append(f"| {cell} | 0 |" + " – |" * len(metrics))
+            continue
+        cells = [f"{_f(r['mean'])} [{_f(r['seed_lo'])}, {_f(r['seed_hi'])}] (problems [{_f(r['problem_lo'])}, "
+                 f"{_f(r['problem_hi'])}])" if r else "–" for r in rows]
+        lines.append(f"| {cell} | {rows[0]['seeds'] if rows[0] else 0} | " + " | ".join(cells) + " |")
+    lines += ["", f"## Each cell against `{rep['baseline']}`, seed by seed", "",
+              "| cell | seeds | per-seed difference | mean difference [CI seeds] | [CI problems] | reading |",
+              "|---|---|---|---|---|---|"]
+    for p in rep["paired"]:
+        per = ", ".join(f"s{s}: {_f(v)}" for s, v in p["per_seed"].items())
+        lines.append(f"| {p['cell']} | {p['seeds']} | {per} | {_f(p['diff'])} [{_f(p['lo'])}, {_f(p['hi'])}] | "
+                     f"[{_f(p['problem_lo'])}, {_f(p['problem_hi'])}] | {p['note']} |")
+    if rep["eta_sweep"]:
+        lines += ["", "## η sweep", "", "| η | cell | average [CI seeds] |", "|---|---|---|"]
+        for r in rep["eta_sweep"]:
+            lines.append(f"| {r['eta']:g} | {r['cell']} | {_f(r['mean'])} [{_f(r['seed_lo'])}, {_f(r['seed_hi'])}] |")
+    lines += ["", "## What differs between the cells (their stored training configs)", ""]
+    if rep["config_differences"]:
+        cells = rep["cells"]
+        lines += ["| key | " + " | ".join(cells) + " |", "|---|" + "---|" * len(cells)]
+        for k, vals in rep["config_differences"].items():
+            lines.append(f"| {k} | " + " | ".join(json.dumps(vals.get(c), default=str) for c in cells) + " |")
+    else:
+        lines.append("Nothing: the cells' stored configs are identical.")
+    lines.append("")
+    lines.append("**Every difference is one the study declares.**" if not rep["undeclared_differences"] else
+                 f"**WARNING: {', '.join(rep['undeclared_differences'])} differ between cells although the study "
+                 "does not vary them: the comparison is not like for like.**")
+    if embedded:
+        lines += ["", "## What this study can and cannot show", "", CANNOT_SHOW]
+    return "\n".join(lines) + "\n"
+
+
+def render_html(rep: dict[str, Any], figures: list[Any], *, embedded: bool = False) -> str:
+    """A self-contained HTML page: the Markdown's headings, paragraphs and tables (every value escaped)
+    and the charts (Plotly, its script inlined once)."""
+    def text(x: str) -> str:
+        return html.escape(x.replace("**", "").replace("`", ""))
+
+    body: list[str] = []
+    table: list[str] = []
+    for line in render_markdown(rep, embedded=embedded).splitlines() + [""]:
+        if line.startswith("|"):
+            if not line.startswith("|---"):
+                tag = "th" if not table else "td"
+                table.append("<tr>" + "".join(f"<{tag}>{text(c.strip())}</{tag}>"
+                                              for c in line.strip().strip("|").split("|")) + "</tr>")
+            continue
+        if table:
+            body.append("<table>" + "".join(table) + "</table>")
+            table = []
+        if line.startswith("# "):
+            body.append(f"<h1>{text(line[2:])}</h1>")
+        elif line.startswith("## "):
+            body.append(f"<h2>{text(line[3:])}</h2>")
+        elif line.strip():
+            body.append(f"<p>{text(line)}</p>")
+    charts = [f.to_html(full_html=False, include_plotlyjs=(True if i == 0 else False)) for i, f in enumerate(figures)]
+    style = "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px}"
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>Study " + html.escape(rep["study_id"])
+            + f"</title><style>{style}</style></head><body>" + "\n".join(body) + "\n".join(charts) + "</body></html>\n")

@@ -1,0 +1,92 @@
+"""Checkpoint exports and the event that announces them: what makes evaluation follow training.
+
+A DeepSpeed checkpoint holds the optimizer and the ZeRO partitions; vLLM cannot load it. At every
+checkpoint the trainer also writes the policy as a Hugging Face directory, ``OUT/exports/step_N``,
+with an :data:`EXPORT_RECORD` beside the weights (run id, step, path, weights fingerprint, store and
+the run's evaluation settings), and emits the Prefect event :data:`CHECKPOINT_EVENT` with that record
+as payload. The ``evaluate-checkpoint`` deployment (``prefect.yaml``) is triggered by the event, and
+the nightly ``evaluate-pending`` deployment finds the exports that no evaluation has covered yet.
+The evaluation's run id is :func:`eval_run_id` and its config records the fingerprint, so the same
+checkpoint is never evaluated into two runs, and an event delivered twice resumes a finished run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from prl.evaluation.config import model_fingerprint
+
+CHECKPOINT_EVENT = "prl.checkpoint.saved"
+"""The Prefect event a trainer emits for each checkpoint export (the automation's trigger)."""
+RESOURCE_PREFIX = "prl.train-run."
+"""The event's resource id is this prefix + the training run id."""
+EXPORTS_DIR = "exports"
+EXPORT_RECORD = "prl_export.json"
+
+
+def export_dir(out_dir: str | Path, step: int) -> Path:
+    return Path(out_dir) / EXPORTS_DIR / f"step_{step:06d}"
+
+
+def eval_run_id(run_id: str, step: int) -> str:
+    """The evaluation run of a training run's checkpoint (the same id the trainer's own evaluations use)."""
+    return f"{run_id}@step{step}"
+
+
+def write_record(target: Path, *, run_id: str, step: int, db: str, evaluation: dict[str, Any]) -> dict[str, Any]:
+    """Write ``target/prl_export.json`` for an export whose weights are in place; returns the record."""
+    record = {"run_id": run_id, "step": step, "path": str(target.resolve()), "fingerprint": model_fingerprint(target),
+              "db": str(Path(db).resolve()), "eval": evaluation, "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    tmp = target / (EXPORT_RECORD + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, target / EXPORT_RECORD)
+    return record
+
+
+def read_record(export: str | Path) -> dict[str, Any]:
+    p = Path(export) / EXPORT_RECORD
+    try:
+        return json.loads(p.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{p}: not a checkpoint export (no {EXPORT_RECORD})") from None
+
+
+def events_enabled() -> bool:
+    """Events go to a Prefect server named by PREFECT_API_URL; without one there is nobody to trigger
+    (a temporary in-process server would die with the trainer)."""
+    return bool(os.environ.get("PREFECT_API_URL"))
+
+
+def emit_checkpoint_event(record: dict[str, Any], log: Callable[[str], None] = print) -> bool:
+    """Emit :data:`CHECKPOINT_EVENT` for an export record and wait (≤ 10 s) until it has been sent.
+    Returns whether it was sent; a server that cannot be reached is reported, never fatal to training."""
+    if not events_enabled():
+        return False
+    try:
+        from prefect.events import emit_event
+        from prefect.events.worker import EventsWorker
+
+        event = emit_event(event=CHECKPOINT_EVENT,
+                           resource={"prefect.resource.id": RESOURCE_PREFIX + record["run_id"],
+                                     "prefect.resource.name": record["run_id"]},
+                           payload=record)
+        EventsWorker.drain_all(timeout=10)
+        return event is not None
+    except Exception as e:  # noqa: BLE001 - an unreachable server must not stop the training run
+        log(f"[train] WARNING: checkpoint event for step {record['step']} not sent ({type(e).__name__}: {e})")
+        return False
+
+
+def exports(root: str | Path) -> list[dict[str, Any]]:
+    """The export records under ``root`` (any depth), oldest step first within each run."""
+    out = []
+    for p in sorted(Path(root).glob(f"**/{EXPORTS_DIR}/step_*/{EXPORT_RECORD}")):
+        try:
+            out.append(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            continue
+    return sorted(out, key=lambda r: (r["run_id"], r["step"]))

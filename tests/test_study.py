@@ -1,0 +1,223 @@
+"""Studies: the config's checks, the report's figures against a hand computation on given rows, and a
+small study end to end through the CLI (trained, evaluated, killed with SIGKILL, rerun to finish only
+what was missing)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from prl_core.config import ConfigError
+
+from prl.store.db import Store
+from prl.studies.config import config_differences, load_study
+from prl.studies.report import render_html, render_markdown, study_report
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from dashboard_seed import add_study  # noqa: E402
+
+BASE = {"algorithm": {"n_samples": 2}, "train": {"model": "m", "steps": 2, "prompts_per_step": 2,
+                                                  "mini_batch_size": 4, "micro_batch_size": 4}}
+
+
+def _write(tmp_path, cells, study=None, base=None) -> Path:
+    doc = {"study": {"id": "s", "seeds": [0, 1], **(study or {})}, "base": base or BASE, "cells": cells}
+    p = tmp_path / "study.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+GRPO = {"name": "grpo", "algorithm": {"estimator": "grpo"}}
+PRL = {"name": "prl", "algorithm": {"estimator": "prl", "eta": 10}}
+
+
+def test_grid_expands_into_named_cells_that_differ_only_where_it_says(tmp_path):
+    st = load_study(_write(tmp_path, [GRPO, {"name": "prl", "algorithm": {"estimator": "prl", "step_split": "token"},
+                                             "grid": {"algorithm.eta": [5, 20]}}]))
+    assert [c.name for c in st.cells] == ["grpo", "prl-eta5", "prl-eta20"]
+    assert st.baseline == "grpo"
+    assert [c.run.algorithm.eta for c in st.cells[1:]] == [5.0, 20.0]
+    assert [(c.name, s) for c, s in st.jobs()][:3] == [("grpo", 0), ("prl-eta5", 0), ("prl-eta20", 0)]
+    planned = {c.name: st.cell_config(c, 0, "m").to_dict() for c in st.cells}
+    assert set(config_differences(planned)) <= {"algorithm.estimator", "algorithm.eta", "algorithm.step_split",
+                                                "algorithm.order"}
+    rc = st.cell_config(st.cells[1], 1, "/models/warm")
+    assert (rc.train.run_id, rc.train.seed, rc.train.model) == ("s.prl-eta5.s1", 1, "/models/warm")
+    assert rc.train.out_dir.endswith(str(Path("cells") / "prl-eta5" / "s1"))
+
+
+@pytest.mark.parametrize("cells, study, needle", [
+    ([{"name": "grpo", "algorithm": {"estimator": "grpo", "eta": 5}}, PRL], None,
+     "algorithm.eta only apply to the PRL estimator, but this cell trains grpo"),
+    ([GRPO, {"name": "grpo-split", "algorithm": {"estimator": "grpo"}, "grid": {"algorithm.step_split": ["token"]}}],
+     None, "only apply to the PRL estimator"),
+    ([], None, "the study has no cells"),
+    ([GRPO, {"name": "prl", "algorithm": {"estimator": "prl"}, "grid": {"algorithm.eta": []}}], None,
+     "a grid with an empty list has no cells"),
+    ([GRPO, {"name": "prl", "algorithm": {"estimator": "prl"}, "grid": {}}], None, "a grid expands into no cells"),
+    ([GRPO, PRL], {"seeds": [0, 1, 0]}, "seed(s) [0] appear more than once"),
+    ([GRPO, PRL], {"seeds": []}, "give a list of one or more integer seeds"),
+    ([GRPO, {"name": "grpo2", "algorithm": {"estimator": "grpo"}}], None, "trains exactly what cell 'grpo' trains"),
+    ([GRPO, PRL], {"baseline": "dr_grpo"}, "'dr_grpo' is not a cell"),
+    ([PRL, {"name": "prl2", "algorithm": {"estimator": "prl", "eta": 20}}], None, "no cell trains grpo"),
+    ([GRPO, {"name": "prl", "algorithm": {"estimator": "prl", "eta": 10}, "train": {"seed": 3}}], None,
+     "set by the study for every cell"),
+    ([GRPO, {"name": "prl", "algorithm": {"estimator": "prl"}, "grid": {"train.seed": [1, 2]}}], None,
+     "seeds are the study's replication"),
+    ([GRPO, {"name": "prl", "algorithm": {"estimator": "prl", "eta": 10}, "train": {"mini_batch_size": 3}}], None,
+     "cell 'prl': train.mini_batch_size"),
+])
+def test_contradictory_study_is_refused_before_anything_runs(tmp_path, cells, study, needle):
+    with pytest.raises(ConfigError) as e:
+        load_study(_write(tmp_path, cells, study))
+    assert needle in str(e.value), str(e.value)
+    assert str(tmp_path / "study.yaml") in str(e.value)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_report_figures_equal_a_hand_computation_on_given_rows(tmp_path):
+    store = Store(add_study(tmp_path / "s.duckdb"))
+    rep = study_report(store, "st")
+    by = {(r["cell"], r["metric"]): r for r in rep["per_cell"]}
+    # average@2 per seed: grpo (0+.5+1)/3 = .5, (.5+.5+1)/3 = .6667; t_{0.975,1} = 12.7062 (tables)
+    g = by[("grpo", "average@2")]
+    assert g["per_seed"] == pytest.approx({"0": 0.5, "1": 2 / 3})
+    mean, sd = (0.5 + 2 / 3) / 2, math.sqrt(((0.5 - 7 / 12) ** 2 + (2 / 3 - 7 / 12) ** 2) / 1)
+    assert g["mean"] == pytest.approx(mean)
+    assert g["seed_hi"] - g["mean"] == pytest.approx(12.7062047 * sd / math.sqrt(2), rel=1e-6)
+    # pass@1 = average@n; pass@2 with n = 2: problem solved by either sample: grpo s0 = (0+1+1)/3
+    assert by[("grpo", "pass@1")]["mean"] == pytest.approx(g["mean"])
+    assert by[("grpo", "pass@2")]["per_seed"] == pytest.approx({"0": 2 / 3, "1": 1.0})
+    # paired: prl − grpo per seed: s0 (.5+1+1)/3 − .5 = .3333, s1 (1+.5+1)/3 − .6667 = .1667
+    p = rep["paired"][0]
+    d = [2.5 / 3 - 0.5, 2.5 / 3 - 2 / 3]
+    assert p["per_seed"] == pytest.approx({"0": d[0], "1": d[1]})
+    half = 12.7062047 * math.sqrt((d[0] - sum(d) / 2) ** 2 + (d[1] - sum(d) / 2) ** 2) / math.sqrt(2)
+    assert (p["lo"], p["hi"]) == pytest.approx((sum(d) / 2 - half, sum(d) / 2 + half), rel=1e-6)
+    assert p["includes_zero"] and "includes 0" in p["note"]
+    # the stored configs differ in estimator and eta (declared); nothing else
+    assert set(rep["config_differences"]) == {"algorithm.estimator", "algorithm.eta"}
+    assert rep["undeclared_differences"] == []
+    assert len(rep["curves"]) == 8
+    md = render_markdown(rep)
+    assert "| prl | 2 |" in md and "Every difference is one the study declares" in md
+
+
+def test_report_flags_a_difference_the_study_does_not_declare(tmp_path):
+    store = Store(add_study(tmp_path / "s.duckdb"))
+    cfg = {"algorithm": {"estimator": "prl", "eta": 10.0}, "train": {"lr": 3e-5, "seed": 1}}  # lr changed by hand
+    store.execute("upsert_run", run_id="st.prl.s0", kind="train", model="m", status="finished", config=cfg,
+                  manifest={}, parent_run_id=None, train_step=None)
+    rep = study_report(store, "st")
+    assert rep["undeclared_differences"] == ["train.lr"]
+    assert "WARNING: train.lr differ between cells" in render_markdown(rep)
+
+
+def test_report_html_escapes_config_values(tmp_path):
+    store = Store(add_study(tmp_path / "s.duckdb"))
+    cfg = {"algorithm": {"estimator": "prl", "eta": 10.0}, "train": {"lr": 1e-5, "train_data": "<script>x</script>"}}
+    store.execute("upsert_run", run_id="st.prl.s0", kind="train", model="m", status="finished", config=cfg,
+                  manifest={}, parent_run_id=None, train_step=None)
+    page = render_html(study_report(store, "st"), [])
+    assert "<script>x</script>" not in page and "&lt;script&gt;" in page
+
+
+def _small_study(tmp_path, model) -> Path:
+    doc = {"study": {"id": "mini", "out_dir": str(tmp_path / "study"), "seeds": [0, 1], "baseline": "grpo",
+                     "eval": {"datasets": ["synth_test:6"], "n": 2}},
+           "base": {"algorithm": {"n_samples": 2},
+                    "train": {"model": str(model), "steps": 2, "prompts_per_step": 2, "mini_batch_size": 4,
+                              "micro_batch_size": 4, "max_tokens": 32, "checkpoint_every": 1, "segments_per_step": 1,
+                              "lr": 1e-4}},
+           "cells": [{"name": "grpo", "algorithm": {"estimator": "grpo"}},
+                     {"name": "prl", "algorithm": {"estimator": "prl", "eta": 10, "step_split": "text:\n\n"}}]}
+    p = tmp_path / "mini.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def _cli_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                             "MASTER_PORT", "LOCAL_WORLD_SIZE")}
+    return {**env, "OMP_NUM_THREADS": "1"}
+
+
+@pytest.mark.e2e
+def test_small_study_end_to_end_killed_and_finished_by_a_rerun(tmp_path, warm_model):
+    """2 cells × 2 seeds: SIGKILL while the second job trains; the rerun skips the finished job, resumes the
+    killed one from its checkpoint, runs the rest, and the report's figures come from the stored rows."""
+    config = _small_study(tmp_path, warm_model[0])
+    cmd = [sys.executable, "-m", "prl_cli", "study", "--config", str(config), "--no-progress"]
+    log = tmp_path / "first.log"
+    with log.open("w") as f:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=_cli_env(), stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and proc.poll() is None:
+            text = log.read_text(errors="replace")
+            after = text.split("training mini.prl.s0", 1)
+            if len(after) == 2 and "[train] step 1:" in after[1]:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, f"the study ended before it could be killed:\n{log.read_text()[-3000:]}"
+        os.killpg(proc.pid, signal.SIGKILL)  # the study, its trainer and everything they started
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    first = log.read_text(errors="replace")
+    assert "mini: grpo seed 0 finished" in first
+
+    r = subprocess.run(cmd, cwd=ROOT, env=_cli_env(), capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "grpo seed 0: finished, skipped" in out
+    assert "training mini.grpo.s0" not in out  # the finished job is not launched again
+    assert "resumed mini.prl.s0" in out and "after step 1" in out  # the killed one continues from its checkpoint
+    result = json.loads(r.stdout[r.stdout.index("{"):])
+    assert (result["jobs"], result["ran"], result["skipped"]) == (4, 3, 1)
+
+    store = Store(tmp_path / "study" / "store.duckdb", create=False)
+    jobs = store.records("study_cells_for_study", study_id="mini")
+    assert [(j["cell"], j["seed"], j["status"], j["train_status"], j["eval_status"]) for j in jobs] == [
+        ("grpo", 0, "finished", "finished", "finished"), ("prl", 0, "finished", "finished", "finished"),
+        ("grpo", 1, "finished", "finished", "finished"), ("prl", 1, "finished", "finished", "finished")]
+    with store.read() as con:
+        steps = con.execute("SELECT run_id, list(DISTINCT step ORDER BY step), count(*) FILTER (name = 'reward/mean') "
+                            "FROM train_metrics GROUP BY run_id ORDER BY run_id").fetchall()
+        samples = dict(con.execute("SELECT run_id, count(*) FROM samples GROUP BY run_id").fetchall())
+        averages = dict(con.execute("SELECT run_id, avg(score) FROM samples GROUP BY run_id").fetchall())
+        links = con.execute("SELECT run_id, parent_run_id, train_step FROM runs WHERE kind = 'eval' ORDER BY run_id"
+                            ).fetchall()
+    assert [(s[0], s[1], s[2]) for s in steps] == [(f"mini.{c}.s{s}", [1, 2], 2) for c, s in
+                                                   (("grpo", 0), ("grpo", 1), ("prl", 0), ("prl", 1))]
+    assert {j["eval_run_id"]: samples[j["eval_run_id"]] for j in jobs} == {
+        f"mini.{c}.s{s}@step2": 12 for c in ("grpo", "prl") for s in (0, 1)}  # 6 problems × n = 2, none twice
+    assert links == [(f"mini.{c}.s{s}@step2", f"mini.{c}.s{s}", 2) for c, s in
+                     (("grpo", 0), ("grpo", 1), ("prl", 0), ("prl", 1))]
+
+    rep = json.loads((tmp_path / "study" / "study_report.json").read_text())
+    by = {(r["cell"], r["metric"]): r for r in rep["per_cell"]}
+    for cell in ("grpo", "prl"):
+        per_seed = by[(cell, "average@2")]["per_seed"]
+        assert per_seed == pytest.approx({str(s): averages[f"mini.{cell}.s{s}@step2"] for s in (0, 1)})
+    assert rep["undeclared_differences"] == []
+    assert set(rep["config_differences"]) <= {"algorithm.estimator", "algorithm.eta", "algorithm.step_split",
+                                              "algorithm.order", "algorithm.normalize_std"}
+    assert "<script" in (tmp_path / "study" / "study_report.html").read_text()  # plotly's own script, once
+    r = subprocess.run([sys.executable, "-m", "prl_cli", "report", "--study", "mini", "--db",
+                        str(tmp_path / "study" / "store.duckdb")], cwd=ROOT, env=_cli_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "# Study `mini`" in r.stdout and "Each cell against `grpo`, seed by seed" in r.stdout
