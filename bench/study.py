@@ -1,0 +1,73 @@
+"""The embedded study, recorded: `prl study --config configs/study/embedded.yaml` from nothing.
+
+    python bench/study.py                   # ~50 min on 2 cores (machines differ ~3x); not part of CI
+    python bench/study.py --out runs/study-bench --keep
+
+Runs the study in a fresh output directory (the config's out_dir and store are redirected there),
+then writes bench/results/study.json: the study's own report (per-cell average@n and pass@k with CIs
+across seeds and problems, each cell against GRPO seed by seed, the eta sweep, the config check),
+the wall time, and the machine; and re-renders README.md and bench/RESULTS.md from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+from common import machine_info, render_all, write_json  # noqa: E402
+
+DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=str(ROOT / "configs" / "study" / "embedded.yaml"))
+    ap.add_argument("--out", default=None, help="output directory (default: a temporary one, removed after)")
+    ap.add_argument("--keep", action="store_true", help="keep the output directory")
+    args = ap.parse_args()
+    base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="prl-study-bench-"))
+    doc = yaml.safe_load(Path(args.config).read_text())
+    out = base / doc["study"]["id"]
+    if out.exists():
+        raise SystemExit(f"{out} exists: the bench records a study from nothing; choose another --out")
+    doc["study"]["out_dir"], doc["study"]["db"] = str(out), None
+    base.mkdir(parents=True, exist_ok=True)
+    config = base / Path(args.config).name
+    config.write_text(yaml.safe_dump(doc, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
+    env.setdefault("PREFECT_HOME", str(base / "prefect-home"))
+    machine = machine_info()
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "prl_cli", "study", "--config", str(config), "--no-progress"],
+                       cwd=ROOT, env=env, text=True)
+    seconds = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"prl study failed (exit {r.returncode}); its output is above")
+    report = json.loads((out / "study_report.json").read_text())
+    report.pop("curves", None)  # per-step rows: in the study's store, not in the results file
+    write_json("study", {"config": str(Path(args.config).relative_to(ROOT)), "seconds": round(seconds, 1),
+                         "machine": machine, "commit": report.get("manifest", {}).get("git", {}).get("commit"),
+                         "report": report})
+    render_all()
+    print(f"[study] {seconds / 60:.1f} min; bench/results/study.json written", file=sys.stderr)
+    if not args.keep and not args.out:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
