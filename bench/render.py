@@ -708,16 +708,59 @@ def region_faults(res: Results) -> str:
     return "\n".join(lines)
 
 
+def region_study(res: Results) -> str:
+    r = res.get("study")
+    if r is None:
+        return missing("study", "python bench/study.py")
+    rep = r["report"]
+    n = rep["n"]
+    done = sum(j["status"] == "finished" for j in rep["jobs"])
+    lines = [f"`prl study --config {r['config']}`: {len(rep['cells'])} cells × {len(rep['seeds'])} seeds "
+             f"({done} of {len(rep['jobs'])} jobs finished) in {duration(r['seconds'])}, commit {r['commit'] or '?'}; "
+             f"{rep['problems']} held-out synthetic problems × n = {n}. {machine_detail(r['machine'])}.", ""]
+
+    def ci(x, lo, hi):
+        if lo != lo or lo is None:  # NaN: one seed
+            return f"{100 * x:.1f}"
+        return f"{100 * x:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+    by = {(c["cell"], c["metric"]): c for c in rep["per_cell"]}
+    paired = {p["cell"]: p for p in rep["paired"]}
+    rows = []
+    for cell in rep["cells"]:
+        a, p1, pn = by.get((cell, f"average@{n}")), by.get((cell, "pass@1")), by.get((cell, f"pass@{n}"))
+        if a is None:
+            rows.append([f"`{cell}`", "0", "—", "—", "—", "—"])
+            continue
+        d = paired.get(cell)
+        vs = "baseline" if cell == rep["baseline"] else (
+            "—" if d is None else f"{100 * d['diff']:+.1f} [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}]"
+            + (" (CI includes 0)" if d["includes_zero"] else ""))
+        rows.append([f"`{cell}`", str(a["seeds"]), ci(a["mean"], a["seed_lo"], a["seed_hi"]),
+                     f"[{100 * a['problem_lo']:.1f}, {100 * a['problem_hi']:.1f}]",
+                     ci(pn["mean"], pn["seed_lo"], pn["seed_hi"]) if pn else "—", vs])
+    lines += table(["cell", "seeds", f"average@{n} % [95% CI across seeds]", "[CI across problems]",
+                    f"pass@{n} % [CI seeds]", f"− {rep['baseline']}, seed-matched (pp) [CI seeds]"], rows)
+    if rep["eta_sweep"]:
+        lines += ["", "η sweep (average@n): " + ", ".join(f"η {e['eta']:g}: {100 * e['mean']:.1f}" for e in rep["eta_sweep"])
+                  + "."]
+    lines += ["", ("The cells' stored configs differ only in " + ", ".join(f"`{k}`" for k in rep["config_differences"])
+                   + " (all declared by the study)." if not rep["undeclared_differences"] else
+                   "WARNING: undeclared config differences: " + ", ".join(rep["undeclared_differences"]) + ".")]
+    return "\n".join(lines)
+
+
 REGIONS: dict[str, Callable[[Results], str]] = {
     "status": region_status, "demo": region_demo, "performance": region_performance, "reliability": region_reliability,
     "summary": region_summary, "advantages": region_advantages, "generation": region_generation, "verify": region_verify,
     "store": region_store, "store_10m": region_store_10m, "relevance": region_relevance, "external": region_external, "train_step": region_train_step,
     "dashboard": region_dashboard, "load": region_load, "faults": region_faults, "real_model": region_real_model,
+    "study": region_study,
 }
 EXPECTED = {
-    "README.md": ("status", "demo", "performance", "reliability", "external"),
+    "README.md": ("status", "demo", "performance", "reliability", "external", "study"),
     "bench/RESULTS.md": ("summary", "advantages", "generation", "real_model", "verify", "store", "store_10m", "relevance",
-                         "external", "train_step", "dashboard", "load", "faults"),
+                         "external", "train_step", "dashboard", "load", "faults", "study"),
 }
 
 REGION_RE = re.compile(r"<!-- figures:(?P<name>[a-z][a-z0-9_-]*) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)

@@ -159,3 +159,24 @@ def test_aggregate_bootstrap_keeps_strata_and_brackets_the_estimate():
     assert aggregate_bootstrap_ci(const, how="macro") == pytest.approx((0.5, 0.5))
     with pytest.raises(ValueError, match="how"):
         aggregate_bootstrap_ci(const, how="median")
+
+
+def test_t_quantiles_match_the_published_table():
+    """Student t critical values (two-sided 95%) as printed in every statistics table."""
+    from prl_core.metrics import t_quantile
+
+    table = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 10: 2.2281, 20: 2.0860, 30: 2.0423, 120: 1.9799}
+    for df, t in table.items():
+        assert t_quantile(0.975, df) == pytest.approx(t, abs=5e-5), df
+    assert t_quantile(0.025, 4) == pytest.approx(-2.7764, abs=5e-5)
+    assert t_quantile(0.995, 2) == pytest.approx(9.9248, abs=5e-4)
+
+
+def test_seed_ci_is_mean_plus_minus_t_times_the_standard_error():
+    from prl_core.metrics import seed_ci
+
+    r = seed_ci([0.50, 0.60, 0.70])
+    assert r["mean"] == pytest.approx(0.6) and r["sd"] == pytest.approx(0.1)
+    assert (r["lo"], r["hi"]) == pytest.approx((0.6 - 4.3027 * 0.1 / 3 ** 0.5, 0.6 + 4.3027 * 0.1 / 3 ** 0.5), abs=1e-5)
+    one = seed_ci([0.4])
+    assert one["mean"] == 0.4 and math.isnan(one["lo"]) and math.isnan(one["hi"])

@@ -156,3 +156,22 @@ def _checkpoint_trigger(tmp_path, model, env, prefect) -> None:
     assert [r[:5] for r in runs] == [("ckpt-run@step1", "ckpt-run", 1, "finished", 6),
                                      ("ckpt-run@step2", "ckpt-run", 2, "finished", 6)]  # 3 problems × n = 2, once
     assert [r[5] for r in runs] == fingerprints  # each run records the weights it evaluated
+
+    # the nightly deployment: an export no evaluation covers (a copy under another run id) is evaluated,
+    # the two covered ones are not
+    import shutil
+
+    copy = tmp_path / "pending" / "copy-run" / "exports" / "step_000001"
+    shutil.copytree(tmp_path / "ckpt-run" / "exports" / "step_000001", copy)
+    record = json.loads((copy / "prl_export.json").read_text())
+    (copy / "prl_export.json").write_text(json.dumps({**record, "run_id": "copy-run", "path": str(copy)}))
+    shutil.copytree(tmp_path / "ckpt-run", tmp_path / "pending" / "ckpt-run")  # already evaluated: skipped
+    r = subprocess.run([prefect, "deployment", "run", "evaluate-pending/evaluate-pending", "--param",
+                        f"root={tmp_path / 'pending'}", "--watch", "--watch-timeout", "300"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0 and "Completed" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+    with store.read() as con:
+        after = con.execute("SELECT run_id, parent_run_id, train_step, (SELECT count(*) FROM samples s "
+                            "WHERE s.run_id = r.run_id) FROM runs r WHERE kind = 'eval' ORDER BY run_id").fetchall()
+    assert after == [("ckpt-run@step1", "ckpt-run", 1, 6), ("ckpt-run@step2", "ckpt-run", 2, 6),
+                     ("copy-run@step1", "copy-run", 1, 6)]

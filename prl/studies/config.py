@@ -21,11 +21,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from prl_core.config import PRL_ONLY, AlgorithmConfig, ConfigError
 
-from prl.training.config import RunConfig, TrainConfig, train_from_dict
+from prl.training.config import RunConfig, TrainConfig, read_yaml, train_from_dict
 
 RUN_KEYS = ("model", "out_dir", "db", "run_id", "seed")
 """TrainConfig fields the study sets for every cell itself (where it trains, what it starts from, its seed):
@@ -291,16 +289,8 @@ def _cell_run(base: dict[str, Any], over: dict[str, Any], name: str, source: str
 
 def load_study(path: str | Path, *, study_id: str | None = None) -> Study:
     """Read and check a study config; every error names the file and the key, and says how to fix it."""
-    p = Path(path)
     source = str(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such study config") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise ConfigError(f"{path}:{f'{mark.line + 1}:' if mark else ''} invalid YAML: {getattr(e, 'problem', e)}"
-                          ) from None
+    data = read_yaml(path, "study config")
     data = _section(data, "top level", source, {"study", "base", "cells"})
     study_section = dict(data.get("study") or {})
     if study_id:

@@ -172,6 +172,11 @@ def _f(x: float | None, pct: bool = True) -> str:
     return f"{100 * x:.1f}" if pct else f"{x:.3g}"
 
 
+def _cell(text: str) -> str:
+    """A value as a Markdown table cell: a '|' in it would end the cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 def render_markdown(rep: dict[str, Any], *, embedded: bool = False) -> str:
     """The report as Markdown (the Prefect artifact and ``prl report --study``'s file)."""
     done = sum(j["status"] == "finished" for j in rep["jobs"])
@@ -208,7 +213,7 @@ def render_markdown(rep: dict[str, Any], *, embedded: bool = False) -> str:
         cells = rep["cells"]
         lines += ["| key | " + " | ".join(cells) + " |", "|---|" + "---|" * len(cells)]
         for k, vals in rep["config_differences"].items():
-            lines.append(f"| {k} | " + " | ".join(json.dumps(vals.get(c), default=str) for c in cells) + " |")
+            lines.append(f"| {k} | " + " | ".join(_cell(json.dumps(vals.get(c), default=str)) for c in cells) + " |")
     else:
         lines.append("Nothing: the cells' stored configs are identical.")
     lines.append("")

@@ -147,15 +147,7 @@ class RunConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> "RunConfig":
-        p = Path(path)
-        try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file") from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f"{mark.line + 1}:" if mark else ""
-            raise ConfigError(f"{path}:{where} invalid YAML: {getattr(e, 'problem', e)}") from None
+        data = read_yaml(path)
         if not isinstance(data, dict) or set(data) - {"algorithm", "train"}:
             extra = sorted(set(data) - {"algorithm", "train"}) if isinstance(data, dict) else data
             raise ConfigError(f"{path}: expected sections 'algorithm:' and 'train:', found {extra}")
@@ -166,6 +158,20 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {"algorithm": self.algorithm.to_dict(), "train": asdict(self.train)}
+
+
+def read_yaml(path: str | Path, what: str = "config file") -> Any:
+    """A YAML file's content ({} when empty); a missing file or invalid YAML is a ConfigError naming the
+    file and the line."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such {what}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{mark.line + 1}:" if mark else ""
+        raise ConfigError(f"{path}:{where} invalid YAML: {getattr(e, 'problem', e)}") from None
+    return data if data is not None else {}
 
 
 def train_from_dict(data: dict[str, Any], *, source: str = "train") -> TrainConfig:
