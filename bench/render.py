@@ -715,9 +715,13 @@ def region_study(res: Results) -> str:
     rep = r["report"]
     n = rep["n"]
     done = sum(j["status"] == "finished" for j in rep["jobs"])
+    ph = r.get("phases") or {}
+    split = (f" (warm start {duration(ph['warm_start'])}, then {duration(ph['jobs'])} for the jobs, "
+             f"{duration(ph['per_job'])} each)" if ph else "")
     lines = [f"`prl study --config {r['config']}`: {len(rep['cells'])} cells × {len(rep['seeds'])} seeds "
-             f"({done} of {len(rep['jobs'])} jobs finished) in {duration(r['seconds'])}, commit {r['commit'] or '?'}; "
-             f"{rep['problems']} held-out synthetic problems × n = {n}. {machine_detail(r['machine'])}.", ""]
+             f"({done} of {len(rep['jobs'])} jobs finished) in {duration(r['seconds'])}{split}, commit "
+             f"{r['commit'] or '?'}; {rep['problems']} held-out synthetic problems × n = {n}. "
+             f"{machine_detail(r['machine'])}.", ""]
 
     def ci(x, lo, hi):
         if lo != lo or lo is None:  # NaN: one seed

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_info, render_all, write_json  # noqa: E402
 
-from prl.store.db import SAMPLE_COLUMNS, Store  # noqa: E402
+from prl.store.db import SAMPLE_COLUMNS, Store, sample_schema  # noqa: E402
 
 PROBLEMS = {"math500": 500, "minerva_math": 272, "olympiad_bench": 675, "aime24": 30, "amc23": 40}
 N = 8
@@ -65,7 +65,11 @@ def sample_table(runs: int, seed: int = 0, first_run: int = 0):
         "verify_ms": pa.array(rng.random(rows) * 10), "relevance": pa.array(rng.random(rows)),
         "answer_only": pa.array(rng.random(rows) < 0.01),
     })
-    return table.select(list(SAMPLE_COLUMNS))
+    schema = sample_schema()
+    for f in schema:  # columns a benchmark evaluation leaves empty (imports, rescores, the fit index)
+        if f.name not in table.column_names:
+            table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+    return table.select(list(SAMPLE_COLUMNS)).cast(schema)
 
 
 def main() -> dict:

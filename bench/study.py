@@ -33,15 +33,52 @@ from common import machine_info, render_all, write_json  # noqa: E402
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
 
 
+def phases(db: Path, study_id: str) -> dict[str, float]:
+    """Seconds of the study's phases from the store's own timestamps: registration → first training run
+    (the warm start), and first training run → last job finished (the 15 jobs, each job's mean)."""
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        start, first, last, jobs = con.execute(
+            "SELECT (SELECT created_at FROM studies WHERE study_id = $s), min(r.created_at), max(c.finished_at), "
+            "count(*) FROM study_cells c JOIN runs r ON r.run_id = c.train_run_id WHERE c.study_id = $s",
+            {"s": study_id}).fetchone()
+    finally:
+        con.close()
+    jobs_s = (last - first).total_seconds()
+    return {"warm_start": round((first - start).total_seconds(), 1), "jobs": round(jobs_s, 1),
+            "per_job": round(jobs_s / max(1, jobs), 1)}
+
+
+def record(config: str, out: Path, study_id: str, seconds: float | None, machine: dict) -> None:
+    """bench/results/study.json from the finished study in ``out`` (its report file and store)."""
+    report = json.loads((out / "study_report.json").read_text())
+    report.pop("curves", None)  # per-step rows: in the study's store, not in the results file
+    ph = phases(out / "store.duckdb", study_id)
+    total = seconds if seconds is not None else ph["warm_start"] + ph["jobs"]
+    write_json("study", {"config": str(Path(config).resolve().relative_to(ROOT)), "seconds": round(total, 1),
+                         "phases": ph, "machine": machine,
+                         "commit": report.get("manifest", {}).get("git", {}).get("commit"), "report": report})
+    render_all()
+    print(f"[study] {total / 60:.1f} min; bench/results/study.json written", file=sys.stderr)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=str(ROOT / "configs" / "study" / "embedded.yaml"))
     ap.add_argument("--out", default=None, help="output directory (default: a temporary one, removed after)")
     ap.add_argument("--keep", action="store_true", help="keep the output directory")
+    ap.add_argument("--record-only", action="store_true",
+                    help="do not run: record bench/results/study.json from the finished study in --out (its store "
+                         "and report; the wall time from the store's timestamps)")
     args = ap.parse_args()
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="prl-study-bench-"))
     doc = yaml.safe_load(Path(args.config).read_text())
     out = base / doc["study"]["id"]
+    if args.record_only:
+        record(args.config, out, doc["study"]["id"], None, machine_info())
+        return 0
     if out.exists():
         raise SystemExit(f"{out} exists: the bench records a study from nothing; choose another --out")
     doc["study"]["out_dir"], doc["study"]["db"] = str(out), None
@@ -57,13 +94,7 @@ def main() -> int:
     seconds = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"prl study failed (exit {r.returncode}); its output is above")
-    report = json.loads((out / "study_report.json").read_text())
-    report.pop("curves", None)  # per-step rows: in the study's store, not in the results file
-    write_json("study", {"config": str(Path(args.config).relative_to(ROOT)), "seconds": round(seconds, 1),
-                         "machine": machine, "commit": report.get("manifest", {}).get("git", {}).get("commit"),
-                         "report": report})
-    render_all()
-    print(f"[study] {seconds / 60:.1f} min; bench/results/study.json written", file=sys.stderr)
+    record(args.config, out, doc["study"]["id"], seconds, machine)
     if not args.keep and not args.out:
         shutil.rmtree(base, ignore_errors=True)
     return 0
