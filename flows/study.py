@@ -73,8 +73,23 @@ def study_job(config: str, cell: str, seed: int, model: str, limit: str, study_i
     the study's relative paths are relative to (a Ray worker starts elsewhere)."""
     if cwd and os.getcwd() != cwd:
         os.chdir(cwd)
-    with concurrency(limit, occupy=1, strict=True, lease_duration=600):
+    with concurrency(limit, occupy=1, strict=True, lease_duration=120):
         return study_cell.with_options(flow_run_name=f"{cell}-s{seed}")(config, cell, seed, model, study_id)
+
+
+def reset_limit(name: str, slots: int) -> None:
+    """Create the study's concurrency limit afresh with ``slots`` slots. A study killed while a job held a slot
+    leaves that slot leased until the lease expires; recreating the limit drops it, so the rerun starts at
+    once. (register_study has refused to start while another process of this study is alive here.)"""
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.delete_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            pass
+        client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=slots))
 
 
 def write_report(study_or_id: Study | str, db: str, out_dir: str | Path, *, embedded: bool = False
@@ -109,8 +124,7 @@ def study(config: str, study_id: str | None = None, task_runner: str = "local", 
             _log(f"study {st.id}: {c.name} seed {s}: finished, skipped")
     model = base_model(st, log=_log) if todo else ""
     limit = limit_name(st)
-    with get_client(sync_client=True) as client:
-        client.upsert_global_concurrency_limit_by_name(limit, st.settings.concurrency)
+    reset_limit(limit, st.settings.concurrency)
     failures: list[str] = []
     bar = tqdm(total=len(st.jobs()), initial=done, desc=f"study {st.id}", unit="job", disable=not progress)
     futures = []

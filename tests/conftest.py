@@ -11,12 +11,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # Prefect (DESIGN §5): a private home, no telemetry, quiet logs, a patient server start. Set before
 # any test imports prefect; subprocesses (the CLI under test) inherit them.
-# Each pytest-xdist worker gets its own Prefect home (the workers inherit the controller's
-# environment; two temporary API servers on one home would share its database).
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix=f"prl-test-prefect-{os.environ['PYTEST_XDIST_WORKER']}-")
-else:
-    os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="prl-test-prefect-"))
+os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="prl-test-prefect-"))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
@@ -72,23 +67,9 @@ def prefect_harness():
 WARM_SFT_STEPS = 300  # ~2 min on 2 idle cores (600 steps is the default); measured 0.165 greedy accuracy
 
 
-SHARED_FIXTURES = ("warm_model",)
-"""Costly session fixtures: every test that uses one runs on the same pytest-xdist worker (its xdist_group),
-so the ~3 min warm start is built once per session, not once per worker."""
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns xdist_group marks into scheduling groups
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        shared = [f for f in SHARED_FIXTURES if f in getattr(item, "fixturenames", ())]
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(shared[0]))
-
-
 @pytest.fixture(scope="session")
 def warm_model(tiny_model_dir, tmp_path_factory):
-    """(directory, report) of the tiny model warm-started on the synthetic task, once per session (and
-    on one xdist worker: :data:`SHARED_FIXTURES`)."""
+    """(directory, report) of the tiny model warm-started on the synthetic task, once per session."""
     from prl.training.sft import run_sft
 
     out = tmp_path_factory.mktemp("sft") / "model"

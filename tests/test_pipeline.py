@@ -119,7 +119,8 @@ def _checkpoint_trigger(tmp_path, model, env, prefect) -> None:
     from prl.store.db import Store
     from prl.training.checkpoints import CHECKPOINT_EVENT
 
-    r = subprocess.run([prefect, "automation", "ls"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([prefect, "automation", "ls"], cwd=ROOT, env={**env, "COLUMNS": "250"}, capture_output=True,
+                       text=True, timeout=120)  # wide enough that the table does not wrap the name
     assert "evaluate-checkpoint on prl.checkpoint.saved" in r.stdout, r.stdout[-2000:]
     db = tmp_path / "train-store.duckdb"
     cfg = {"algorithm": {"estimator": "grpo", "n_samples": 2},

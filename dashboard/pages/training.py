@@ -23,7 +23,7 @@ LIVE_S = 10
 
 def curves(run_ids: list[str], shown: list[str], live: bool) -> None:
     """The curves and the evaluation points; redrawn on its own every LIVE_S seconds when following."""
-    @st.fragment(run_every=LIVE_S if live else None)
+    @st.fragment(run_every=LIVE_S if live else None, key=ui.key("training", "live_curves"))
     def draw() -> None:
         metrics = ui.train_metrics(ui.db(), run_ids)
         evals = ui.eval_points(ui.db(), run_ids)

@@ -9,6 +9,8 @@ only what is missing (training resumes from its last checkpoint, evaluation from
 from __future__ import annotations
 
 import json
+import os
+import socket
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,7 +34,14 @@ def register_study(study: Study) -> Store:
             raise ConfigError(
                 f"{study.source}: study {study.id!r} already exists in {study.settings.store} with other cells, seeds "
                 "or base settings; rerun it with the file it was started with, or give this one another study.id")
-    manifest = run_manifest("study", config=config, seed=None)
+    holder = old[0] if old else None
+    if holder and holder["status"] == "running":
+        h = (json.loads(holder["manifest"] or "{}").get("holder") or {})
+        if h.get("host") == socket.gethostname() and h.get("pid") != os.getpid() and _alive(h.get("pid")):
+            raise ConfigError(f"study {study.id!r} is running in process {h['pid']} on this machine; wait for it to "
+                              f"finish, or stop it (kill {h['pid']}) and rerun the same command to finish what is left")
+    manifest = {**run_manifest("study", config=config, seed=None),
+                "holder": {"host": socket.gethostname(), "pid": os.getpid()}}
     store.execute("upsert_study", study_id=study.id, status="running", config=config, manifest=manifest)
     for cell, seed in study.jobs():
         if not store.records("study_cell_status", study_id=study.id, cell=cell.name, seed=seed):
@@ -40,6 +49,17 @@ def register_study(study: Study) -> Store:
                           train_run_id=cell.run_id(study.id, seed), eval_run_id=None, varied=list(cell.varied),
                           status="pending")
     return store
+
+
+def _alive(pid: int | None) -> bool:
+    """Whether a process of that id runs here and is a prl command (a recycled pid is not a study)."""
+    if not pid:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"prl" in cmdline
 
 
 def _identity(config: dict[str, Any]) -> str:
