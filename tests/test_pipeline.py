@@ -119,8 +119,8 @@ def _checkpoint_trigger(tmp_path, model, env, prefect) -> None:
     from prl.store.db import Store
     from prl.training.checkpoints import CHECKPOINT_EVENT
 
-    r = subprocess.run([prefect, "automation", "ls"], cwd=ROOT, env={**env, "COLUMNS": "250"}, capture_output=True,
-                       text=True, timeout=120)  # wide enough that the table does not wrap the name
+    wide = {**env, "COLUMNS": "300"}  # Prefect's tables truncate cells ("CO…") to the terminal's width
+    r = subprocess.run([prefect, "automation", "ls"], cwd=ROOT, env=wide, capture_output=True, text=True, timeout=120)
     assert "evaluate-checkpoint on prl.checkpoint.saved" in r.stdout, r.stdout[-2000:]
     db = tmp_path / "train-store.duckdb"
     cfg = {"algorithm": {"estimator": "grpo", "n_samples": 2},
@@ -136,7 +136,7 @@ def _checkpoint_trigger(tmp_path, model, env, prefect) -> None:
     deadline, runs, completed = time.monotonic() + 420, [], 0
     while time.monotonic() < deadline:
         ls = subprocess.run([prefect, "flow-run", "ls", "--flow-name", "evaluate-checkpoint", "--limit", "20"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                            cwd=ROOT, env=wide, capture_output=True, text=True, timeout=120)
         completed, failed = ls.stdout.count("COMPLETED"), ls.stdout.count("FAILED") + ls.stdout.count("CRASHED")
         assert not failed, ls.stdout
         if completed >= 2:
@@ -145,7 +145,7 @@ def _checkpoint_trigger(tmp_path, model, env, prefect) -> None:
     assert completed == 2, ls.stdout
     time.sleep(5)  # nothing more arrives: one flow run per event
     ls = subprocess.run([prefect, "flow-run", "ls", "--flow-name", "evaluate-checkpoint", "--limit", "20"],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                        cwd=ROOT, env=wide, capture_output=True, text=True, timeout=120)
     assert ls.stdout.count("COMPLETED") == 2 and "RUNNING" not in ls.stdout and "SCHEDULED" not in ls.stdout, ls.stdout
     store = Store(db, create=False)
     with store.read() as con:
