@@ -71,10 +71,7 @@ def shard_results(cfg: EvalConfig, run_id: str, shards, directory: Path):
     # Workers get absolute paths (their working directory is not ours) and this flow's API
     # server, so their task runs report here instead of each starting a temporary server.
     worker_cfg = replace(cfg, model=str(Path(cfg.model).resolve()), db=str(Path(cfg.db).resolve()))
-    with get_client(sync_client=True) as client:
-        api_url = str(client.api_url)
-    env = {"PREFECT_API_URL": api_url, "RAY_USAGE_STATS_ENABLED": "0",
-           **{k: v for k, v in os.environ.items() if k.startswith(("PREFECT_LOGGING", "VLLM_", "HF_"))}}
+    env = ray_worker_env()
     from prefect_ray.context import remote_options  # the sharded path runs on the Ray task runner only
 
     with remote_options(num_cpus=cfg.shard_cpus, runtime_env={"env_vars": env}):
@@ -105,8 +102,18 @@ def evaluate(cfg: EvalConfig, progress: bool = True) -> dict[str, Any]:
     return ev.end_run(run, _log)
 
 
-def ray_task_runner(cfg: EvalConfig):
-    """prefect-ray's ``RayTaskRunner`` for ``cfg``: join ``cfg.ray_address`` or start a local runtime."""
+def ray_worker_env() -> dict[str, str]:
+    """What a Ray worker needs from this process: its flow's API server (the workers' task runs, concurrency
+    limits and subflows report here instead of each starting a temporary server) and the caller's
+    Prefect logging, vLLM, Hugging Face and PRL settings."""
+    with get_client(sync_client=True) as client:
+        api_url = str(client.api_url)
+    return {"PREFECT_API_URL": api_url, "RAY_USAGE_STATS_ENABLED": "0",
+            **{k: v for k, v in os.environ.items() if k.startswith(("PREFECT_LOGGING", "VLLM_", "HF_", "PRL_"))}}
+
+
+def ray_runner(address: str | None, cpus: int | None = None):
+    """prefect-ray's ``RayTaskRunner``: join ``address`` or start a local runtime with ``cpus`` CPUs."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         from prefect_ray import RayTaskRunner
@@ -114,9 +121,14 @@ def ray_task_runner(cfg: EvalConfig):
         raise EvalError("task_runner: 'ray' needs the optional extra: pip install -e '.[ray]' "
                         "(prefect-ray and ray)") from None
     init_kwargs: dict[str, Any] = {}
-    if cfg.ray_address is None:  # a local runtime: this machine's CPUs, no web dashboard
-        init_kwargs = {"num_cpus": cfg.ray_cpus or os.cpu_count(), "include_dashboard": False}
-    return RayTaskRunner(address=cfg.ray_address, init_kwargs=init_kwargs)
+    if address is None:  # a local runtime: this machine's CPUs, no web dashboard
+        init_kwargs = {"num_cpus": cpus or os.cpu_count(), "include_dashboard": False}
+    return RayTaskRunner(address=address, init_kwargs=init_kwargs)
+
+
+def ray_task_runner(cfg: EvalConfig):
+    """prefect-ray's ``RayTaskRunner`` for ``cfg``: join ``cfg.ray_address`` or start a local runtime."""
+    return ray_runner(cfg.ray_address, cfg.ray_cpus)
 
 
 def evaluate_flow(cfg: EvalConfig):

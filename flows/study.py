@@ -31,6 +31,7 @@ from prefect.futures import wait
 from prefect.task_runners import ThreadPoolTaskRunner
 from tqdm.auto import tqdm
 
+from flows.evaluate import ray_runner, ray_worker_env
 from flows.logs import log as _log
 from flows.train import launch
 
@@ -156,17 +157,13 @@ def study(config: str, study_id: str | None = None, task_runner: str = "local", 
 
 
 def _worker_env(task_runner: str):
-    """Ray workers get this flow's API server (their task runs, the concurrency limit and the subflows
-    report here) and the caller's Prefect logging settings; threads share this process's."""
+    """Ray workers get this flow's API server and the caller's settings (:func:`ray_worker_env`); threads
+    share this process's."""
     if task_runner != "ray":
         return contextlib.nullcontext()
     from prefect_ray.context import remote_options
 
-    with get_client(sync_client=True) as client:
-        api_url = str(client.api_url)
-    env = {"PREFECT_API_URL": api_url, "RAY_USAGE_STATS_ENABLED": "0",
-           **{k: v for k, v in os.environ.items() if k.startswith(("PREFECT_LOGGING", "VLLM_", "HF_", "PRL_"))}}
-    return remote_options(num_cpus=1, runtime_env={"env_vars": env})
+    return remote_options(num_cpus=1, runtime_env={"env_vars": ray_worker_env()})
 
 
 def _slug(text: str) -> str:
@@ -177,13 +174,7 @@ def study_flow(task_runner: str, concurrency_slots: int, ray_address: str | None
     """The ``study`` flow with its task runner: threads (``local``; one per concurrency slot, jobs in
     order) or prefect-ray's ``RayTaskRunner`` (``ray``)."""
     if task_runner == "ray":
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        try:
-            from prefect_ray import RayTaskRunner
-        except ImportError:
-            raise RuntimeError("task_runner: 'ray' needs the optional extra: pip install -e '.[ray]'") from None
-        init = {} if ray_address else {"num_cpus": os.cpu_count(), "include_dashboard": False}
-        return study.with_options(task_runner=RayTaskRunner(address=ray_address, init_kwargs=init))
+        return study.with_options(task_runner=ray_runner(ray_address))
     if task_runner != "local":
         raise ValueError(f"task_runner: expected 'local' or 'ray', got {task_runner!r}")
     return study.with_options(task_runner=ThreadPoolTaskRunner(max_workers=concurrency_slots))
