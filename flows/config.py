@@ -10,7 +10,7 @@ from typing import Any
 from prl_core.config import ConfigError
 
 from prl.data.datasets import BENCHMARKS, SYNTHETIC
-from prl.training.sft import SFTConfig
+from prl.training.config import SFTConfig
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from prl.options import add_config_arguments, config_kwargs
-from prl.training.sft import SFTConfig, run_sft
+from prl.training.config import SFTConfig
 
 
 BUILD_TINY_PAIRS = {"llama": "embedded", "qwen2": "qwen2.5"}
@@ -52,6 +52,8 @@ SFT_OPTIONS = ("steps", "max_minutes", "batch_size", "lr", "warmup_steps", "weig
 
 
 def _cmd_sft(args: argparse.Namespace) -> int:
+    from prl.training.sft import run_sft  # torch and transformers load here, not for `prl --help`
+
     cfg = SFTConfig(**config_kwargs(args, SFTConfig, SFT_OPTIONS))
     report = run_sft(args.model, args.out, cfg)
     print(json.dumps({k: report[k] for k in ("steps", "train_seconds", "accuracy_before_greedy",

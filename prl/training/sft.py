@@ -13,61 +13,17 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from prl_core.config import ConfigError
-
 from prl.data import synthetic as task
 from prl.generation.prompts import build_prompt
 from prl.grading.verifier import is_correct
 from prl.manifest import run_manifest
-
-
-@dataclass
-class SFTConfig:
-    """Warm-start settings (defaults: ~4 minutes on 2 idle CPU cores; measured 0.47 greedy /
-    0.29 sampled held-out accuracy from 0.00, the mixed-reward range RL needs)."""
-
-    steps: int = 600
-    """Optimizer steps."""
-    max_minutes: float = 15.0
-    """Wall-clock safety limit for the training loop (stops early, and says so, if reached)."""
-    batch_size: int = 64
-    """Examples per step."""
-    lr: float = 2e-3
-    """Peak learning rate (AdamW)."""
-    warmup_steps: int = 50
-    """Linear warm-up steps before cosine decay to 10% of the peak."""
-    weight_decay: float = 0.01
-    """AdamW weight decay."""
-    train_size: int = 20000
-    """Distinct training problems (levels in equal shares)."""
-    eval_size: int = 200
-    """Held-out test problems for the before/after accuracy."""
-    direct_frac: float = 0.0
-    """Fraction of training solutions written without the working (just ``The answer is \\boxed{N}.``),
-    as in SFT corpora that mix worked and terse answers. The warm start then often answers directly,
-    which the tiny model gets wrong on multi-step problems: RL has something to learn (show the working)."""
-    seed: int = 0
-    """Seed for data order, initialisation-independent sampling and evaluation."""
-    threads: int = 2
-    """torch (and MKL/OpenMP) threads for the run, restored afterwards; 0 leaves torch's default (the
-    number of cores). Fixed by default because the thread count changes the results in the last bits
-    (MKL splits each matrix product's sums by thread), and those bits grow over training: measured in
-    docs/reproducibility.md. 2 is what torch picks on the 2-core reference machine, so results there are
-    unchanged; a machine with more cores now gets the reference machine's results (on the same CPU
-    capability) instead of its own. Recorded as ``manifest.machine.torch_threads``."""
-
-    def __post_init__(self):
-        if not 0.0 <= self.direct_frac < 1.0:
-            raise ConfigError(f"direct_frac: expected a fraction in [0, 1) (the share of solutions without the "
-                              f"working), got {self.direct_frac}")
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
-            raise ConfigError(f"threads: expected an integer >= 0 (0: torch's default), got {self.threads!r}")
+from prl.training.config import SFTConfig
 
 
 def _examples(tok, records, direct_frac: float = 0.0, seed: int = 0):
