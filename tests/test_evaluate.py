@@ -97,7 +97,7 @@ def test_prompts_longer_than_the_context_are_refused_before_generating(tiny_mode
 
 
 @pytest.mark.e2e
-def test_sigkill_mid_run_then_resume_gives_exact_counts(tiny_model_dir, tmp_path):
+def test_sigkill_mid_run_then_resume_gives_exact_counts(tiny_model_dir, tmp_path, prefect_api_env):
     """`prl eval` with vLLM is SIGKILLed after some chunks are stored; rerunning the same command
     completes the run with exactly n samples per problem and no duplicates."""
     db = tmp_path / "store.duckdb"

@@ -124,7 +124,10 @@ def _checkpoint_trigger(tmp_path, model, env, prefect) -> None:
     assert "evaluate-checkpoint on prl.checkpoint.saved" in r.stdout, r.stdout[-2000:]
     db = tmp_path / "train-store.duckdb"
     cfg = {"algorithm": {"estimator": "grpo", "n_samples": 2},
-           "train": {"model": str(model), "out_dir": str(tmp_path / "ckpt-run"), "db": str(db), "run_id": "ckpt-run",
+           # engine hf (recorded in the exports, so the triggered evaluations use it too): the trigger is under
+           # test; each of the four processes would import and start vLLM (~11 s)
+           "train": {"model": str(model), "engine": "hf", "out_dir": str(tmp_path / "ckpt-run"), "db": str(db),
+                     "run_id": "ckpt-run",
                      "steps": 2, "prompts_per_step": 2, "mini_batch_size": 4, "micro_batch_size": 4, "max_tokens": 16,
                      "checkpoint_every": 1, "eval_every": 0, "eval_datasets": ["synth_test:3"], "eval_n": 2,
                      "eval_limit": None, "segments_per_step": 1}}

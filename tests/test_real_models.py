@@ -27,7 +27,7 @@ DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "
 
 
 @pytest.fixture(scope="module")
-def cli_env():
+def cli_env(prefect_api_env):
     return {k: v for k, v in os.environ.items() if k not in DIST_VARS}
 
 

@@ -136,7 +136,9 @@ def _small_study(tmp_path, model) -> Path:
     doc = {"study": {"id": "mini", "out_dir": str(tmp_path / "study"), "seeds": [0, 1], "baseline": "grpo",
                      "eval": {"datasets": ["synth_test:6"], "n": 2}},
            "base": {"algorithm": {"n_samples": 2},
-                    "train": {"model": str(model), "steps": 2, "prompts_per_step": 2, "mini_batch_size": 4,
+                    # engine hf: the study machinery is under test here; vLLM rollouts are tests/test_train.py's
+                    # (each of the five trainer processes would import and start vLLM, ~11 s)
+                    "train": {"model": str(model), "engine": "hf", "steps": 2, "prompts_per_step": 2, "mini_batch_size": 4,
                               "micro_batch_size": 4, "max_tokens": 48, "checkpoint_every": 1, "segments_per_step": 1,
                               "lr": 1e-4}},
            "cells": [{"name": "grpo", "algorithm": {"estimator": "grpo"}},
@@ -153,7 +155,7 @@ def _cli_env() -> dict[str, str]:
 
 
 @pytest.mark.e2e
-def test_small_study_end_to_end_killed_and_finished_by_a_rerun(tmp_path, warm_model):
+def test_small_study_end_to_end_killed_and_finished_by_a_rerun(tmp_path, warm_model, prefect_api_env):
     """2 cells × 2 seeds: SIGKILL while the second job trains; the rerun skips the finished job, resumes the
     killed one from its checkpoint, runs the rest, and the report's figures come from the stored rows."""
     config = _small_study(tmp_path, warm_model[0])

@@ -239,7 +239,7 @@ def _clean_env() -> dict[str, str]:
 # ─── crash and resume, several processes ────────────────────────────────────────────────────────
 
 @pytest.mark.e2e
-def test_sigkill_mid_run_then_resume(warm_model, tmp_path):
+def test_sigkill_mid_run_then_resume(warm_model, tmp_path, prefect_api_env):
     """`prl train` (vLLM rollouts) killed after step 3 of 6 with checkpoints every 2 steps resumes from
     step 2: steps 1-6 each once, step 3 redone, checkpoint loadable, run finished."""
     model, _ = warm_model
@@ -266,7 +266,7 @@ def test_sigkill_mid_run_then_resume(warm_model, tmp_path):
 
 
 @pytest.mark.e2e
-def test_world_size_two_under_the_deepspeed_launcher(warm_model, tmp_path):
+def test_world_size_two_under_the_deepspeed_launcher(warm_model, tmp_path, prefect_api_env):
     """Two ranks under `deepspeed --num_gpus 2`: each trains on its own rollouts, and after every update
     both hold the same parameters (gradients all-reduced), which are the weights the trainer saves."""
     from ws2_probe import param_digests
