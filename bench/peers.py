@@ -1,10 +1,14 @@
 """Side by side with the peers: the same work in the project and in the tool a researcher would use
 instead, in one run, as ratios (issue 18). Each peer runs in its own environment under bench/.envs/,
-made by the script that bench/peers/<tool>/ holds, never in the project's.
+made on first use by the script in bench/peers/<tool>/ (pinned versions, never the project's .venv):
 
-    python bench/peers.py [--part advantages] [--repeats 7]
+    python bench/peers.py [--part advantages|verification|rl_step|analysis|all] [--model DIR]
 
-Parts measured so far:
+    bench/peers/verl/make_fixture.sh --env-only   verl 0.9.1 (numpy<2, omegaconf's antlr4 4.9.3)
+    bench/peers/trl/make_env.sh                   TRL 1.16.0 on the project's torch/transformers pins
+    bench/peers/lighteval/make_env.sh             lighteval 0.8.1 (its latex2sympy2_extended 1.0.6, numpy<2)
+
+Parts:
 
 * ``advantages``: verl 0.9.1's ``compute_grpo_outcome_advantage`` (its reference GRPO, a Python loop
   over the batch) and ``compute_grpo_vectorized_outcome_advantage`` against ``prl_core``'s GRPO,
@@ -16,14 +20,27 @@ Parts measured so far:
   path is compared. The small case's inputs and verl's outputs are committed under tests/data/peers/
   and checked in CI by tests/test_peers.py without installing verl.
 
+* ``verification``: lighteval 0.8.1's ``extractive_match`` (the metric and release that labelled the
+  Saturn AIME file: it reproduces that file's labels row for row) against our verifier on the 613 real
+  outside responses of tests/data/external/ (bench/peers/lighteval/make_input.py): responses per second
+  (our verify_one in one process, as lighteval's metric runs, and the VerifierPool the pipeline uses)
+  and agreement per file, each disagreement listed. Their verdicts are committed as
+  tests/data/peers/lighteval_verdicts.json and checked in CI against our verifier.
+
+* ``rl_step``: TRL's ``GRPOTrainer`` (bench/peers/trl/grpo_step.py) configured as our GRPO step (the
+  mapping of every setting is in its output) against our trainer's GRPO step with the hf engine (the
+  same generation backend as TRL's), with vLLM (our default) and our PRL step, on the embedded tiny
+  model warm-started once (300 SFT steps), the same prompts at every step: time per step and its
+  phases, completion lengths, peak RSS. What cannot be made equal is listed in the results file.
+
 * ``analysis``: the questions a researcher asks after an evaluation, answered from a 1 M-sample store
   (``prl.evaluation.report`` and the store's named queries) and from the same samples as one JSONL
   file per run with pandas, each side in a fresh process (cold: its time includes reading the data;
-  peak RSS from ``resource.getrusage``): average@n and pass@k per data set with 95% bootstrap CIs for
+  peak RSS from /proc/self/status VmHWM): average@n and pass@k per data set with 95% bootstrap CIs for
   one run, the success-set diff of two runs (problems solved by one run's n samples and not the
   other's), and the run's suspicious passes. The answers are checked equal.
 
-Writes bench/results/peers.json.
+Writes bench/results/peers.json (the parts run; the others kept) and re-renders RESULTS.md.
 """
 
 from __future__ import annotations
@@ -47,8 +64,21 @@ from common import machine_info, median_ms, render_all, write_json  # noqa: E402
 # torch and the project are imported where they are used: the pandas side of the analysis runs in a
 # process that imports neither (its peak memory is the notebook's, not ours)
 
-VERL_PY = HERE / ".envs" / "verl" / "bin" / "python"
 FIXTURE = ROOT / "tests" / "data" / "peers" / "verl_grpo_small.json"
+
+
+ENV_SCRIPTS = {"verl": ["bench/peers/verl/make_fixture.sh", "--env-only"], "trl": ["bench/peers/trl/make_env.sh"],
+               "lighteval": ["bench/peers/lighteval/make_env.sh"]}
+"""The script that makes each peer's environment under bench/.envs/<tool> (pinned, never the project's)."""
+
+
+def peer_python(tool: str) -> Path:
+    """The peer's interpreter, its environment made first by its script when it is missing."""
+    py = HERE / ".envs" / tool / "bin" / "python"
+    if not py.exists():
+        print(f"[peers] making {tool}'s environment: {' '.join(ENV_SCRIPTS[tool])}", file=sys.stderr)
+        subprocess.run(["bash", *ENV_SCRIPTS[tool]], check=True, cwd=ROOT)
+    return py
 
 
 def make_case(groups: int, n: int, length: int, seed: int) -> dict:
@@ -80,14 +110,12 @@ def ours(case: dict) -> dict:
 def advantages(repeats: int) -> dict:
     import torch
 
-    if not VERL_PY.exists():
-        raise SystemExit(f"{VERL_PY}: verl's environment is missing; make it with bench/peers/verl/make_fixture.sh "
-                         "(it builds bench/.envs/verl from bench/peers/verl/requirements.lock)")
+    verl_py = peer_python("verl")
     cases = {"paper": make_case(128, 5, 3072, seed=0), "small": make_case(4, 5, 16, seed=1)}
     with tempfile.TemporaryDirectory() as tmp:
         inp, out = Path(tmp) / "in.pt", Path(tmp) / "out.pt"
         torch.save(cases, inp)
-        subprocess.run([str(VERL_PY), str(HERE / "peers" / "verl" / "advantages.py"), str(inp), str(out),
+        subprocess.run([str(verl_py), str(HERE / "peers" / "verl" / "advantages.py"), str(inp), str(out),
                         "--repeats", str(repeats)], check=True)
         peer = torch.load(out, weights_only=False)
     result = {"verl": peer["verl"], "peer_env": {"torch": peer["torch"], "numpy": peer["numpy"]}, "cases": {}}
@@ -274,16 +302,280 @@ def analysis(rows: int) -> dict:
             "peak_rss_mib": {k: sides[k]["peak_rss_mib"] for k in sides}, "checks": checks}
 
 
+RL = {"prompts_per_step": 16, "group": 5, "max_tokens": 96, "lr": 1e-5, "micro_batch": 8, "grad_accum": 2,
+      "pool": 2000, "seed": 0}
+"""The RL step both sides run: the TrainConfig defaults (16 prompts x 5, 96 tokens, lr 1e-5, optimizer
+mini-batch 16 = 2 micro-batches of 8, fp32), from a pool of 2,000 synthetic training problems."""
+
+
+def warm_model(work: Path) -> Path:
+    """The embedded tiny model warm-started on the synthetic task (300 SFT steps), built once under ``work``."""
+    warm = work / "warm"
+    if (warm / "sft_report.json").exists():
+        return warm
+    prl = [sys.executable, "-m", "prl_cli"]
+    subprocess.run([*prl, "model", "build-tiny", "--out", str(work / "tiny")], check=True, cwd=ROOT)
+    subprocess.run([*prl, "model", "sft", "--model", str(work / "tiny"), "--out", str(warm), "--steps", "300"],
+                   check=True, cwd=ROOT)
+    return warm
+
+
+def rl_train_config(model: Path, tmp: Path, engine: str, steps: int):
+    from prl.training.config import TrainConfig
+
+    return TrainConfig(model=str(model), out_dir=str(tmp / "out"), db=str(tmp / "store.duckdb"), run_id="peers",
+                       seed=RL["seed"], steps=steps + 1000, checkpoint_every=10**6, export_checkpoints=False,
+                       prompts_per_step=RL["prompts_per_step"], train_size=RL["pool"], max_tokens=RL["max_tokens"],
+                       engine=engine, lr=RL["lr"], mini_batch_size=RL["micro_batch"] * RL["grad_accum"],
+                       micro_batch_size=RL["micro_batch"], eval_datasets=(), threads=2)
+
+
+def rl_prompts(model: Path, steps: int, out: Path) -> None:
+    """The prompts our trainer draws at steps 0..steps-1, in that order, rendered as its engine renders them,
+    for TRL (``--in-order``): both sides see the same prompts at every step."""
+    from transformers import AutoTokenizer
+
+    from prl.generation.prompts import build_prompt
+    from prl.training.train import load_train_problems, prompt_indices
+
+    t = rl_train_config(model, out.parent, "hf", steps)
+    problems = load_train_problems(t)
+    tok = AutoTokenizer.from_pretrained(model)
+    with out.open("w") as f:
+        for step in range(steps):
+            for i in prompt_indices(len(problems), step, t.prompts_per_step, t.seed):
+                f.write(json.dumps({"prompt": build_prompt(tok, problems[i]["problem"]),
+                                    "gold": problems[i]["gold"]}) + "\n")
+
+
+def rl_worker(spec: str, model: Path, steps: int, warmup: int) -> None:
+    """One side of the RL step in this fresh process: our Trainer (estimator:engine) for ``steps`` steps."""
+    from prl_core.config import AlgorithmConfig
+
+    from prl.training.config import RunConfig
+    from prl.training.train import Trainer
+
+    estimator, engine = spec.split(":")
+    algo = (AlgorithmConfig(estimator="grpo", n_samples=RL["group"]) if estimator == "grpo" else
+            AlgorithmConfig(estimator="prl", eta=20, step_split="text:\n\n", n_samples=RL["group"]))
+    with tempfile.TemporaryDirectory() as tmp:
+        tr = Trainer(RunConfig(algo, rl_train_config(model, Path(tmp), engine, steps)), log=lambda _m: None,
+                     progress=False)
+        t0 = time.perf_counter()
+        tr.open()
+        start_s = time.perf_counter() - t0
+        rows = []
+        try:
+            for i in range(steps):
+                t = time.perf_counter()
+                m = tr.step()
+                rows.append({"step": i, "warmup": i < warmup, "wall_s": time.perf_counter() - t,
+                             **{k.split("/")[1] + "_s": v for k, v in m.items() if k.startswith("time/")},
+                             "mean_reward": m["reward/mean"], "mean_completion_tokens": m["response/length"],
+                             "clipped_frac": m["response/clipped_frac"]})
+        finally:
+            tr.close()
+    hwm = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM"))
+    print(json.dumps({"spec": spec, "start_s": start_s, "steps": rows, "peak_rss_mib": int(hwm.split()[1]) / 1024}))
+
+
+def _median(rows: list[dict], key: str) -> float:
+    import statistics
+
+    return statistics.median(r[key] for r in rows if not r["warmup"])
+
+
+def rl_step(model: Path | None, steps: int, warmup: int) -> dict:
+    """TRL's GRPOTrainer and our GRPO and PRL steps on the same model and prompts, each in a fresh process."""
+    trl_py = peer_python("trl")
+    model = model or warm_model(ROOT / "bench" / "out" / "peers")
+    sides = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        prompts, out = Path(tmp) / "prompts.jsonl", Path(tmp) / "trl.json"
+        rl_prompts(model, steps, prompts)
+        for spec in ("grpo:hf", "grpo:vllm", "prl:hf"):
+            r = subprocess.run([sys.executable, __file__, "--rl-worker", spec, "--model", str(model), "--rl-steps",
+                                str(steps), "--rl-warmup", str(warmup)], capture_output=True, text=True, cwd=ROOT)
+            if r.returncode:
+                raise SystemExit(f"our {spec} step failed:\n{r.stderr[-3000:]}")
+            sides[spec] = json.loads(r.stdout.strip().splitlines()[-1])
+        r = subprocess.run([str(trl_py), str(HERE / "peers" / "trl" / "grpo_step.py"), "--model", str(model),
+                            "--prompts", str(prompts), "--out", str(out), "--steps", str(steps), "--warmup-steps",
+                            str(warmup), "--prompts-per-step", str(RL["prompts_per_step"]), "--group",
+                            str(RL["group"]), "--max-tokens", str(RL["max_tokens"]), "--lr", str(RL["lr"]),
+                            "--micro-batch", str(RL["micro_batch"]), "--grad-accum", str(RL["grad_accum"]),
+                            "--threads", "2", "--seed", str(RL["seed"]), "--in-order"],
+                           capture_output=True, text=True, cwd=ROOT)
+        if r.returncode:
+            raise SystemExit(f"TRL's step failed:\n{r.stderr[-3000:]}")
+        trl = json.loads(out.read_text())
+    trl_steps = trl["steps"]  # every step, each with its "warmup" flag (trl["warmup_steps"]: those again)
+    checks = {f"step {s['step']}": trl_advantage_check(s) for s in trl_steps}
+    write_trl_fixture(trl_steps[-1], trl)
+    summary = {"trl": {"step_s": _median(trl_steps, "wall_s"), "generate_s": _median(trl_steps, "generate_s"),
+                       "logprobs_s": _median(trl_steps, "old_logprob_s"), "reward_s": _median(trl_steps, "reward_s"),
+                       "update_s": _median(trl_steps, "optimizer_s"),
+                       "completion_tokens": _median(trl_steps, "mean_completion_tokens"),
+                       "peak_rss_mib": trl["peak_rss_mib"]}}
+    for spec, side in sides.items():
+        st = side["steps"]
+        summary[spec] = {"step_s": _median(st, "wall_s"), "generate_s": _median(st, "generate_s"),
+                         "logprobs_s": _median(st, "logprobs_s"), "reward_s": _median(st, "verify_s"),
+                         "update_s": _median(st, "update_s"), "sync_s": _median(st, "sync_s"),
+                         "completion_tokens": _median(st, "mean_completion_tokens"), "start_s": side["start_s"],
+                         "peak_rss_mib": side["peak_rss_mib"]}
+    ratios = {f"trl / ours {spec}": {k: summary["trl"][k] / summary[spec][k] for k in
+                                      ("step_s", "generate_s", "logprobs_s", "update_s", "peak_rss_mib")}
+              for spec in sides}
+    return {"settings": RL, "steps": steps, "warmup_steps": warmup, "model": str(model), "summary": summary,
+            "advantage_checks": checks,
+            "ratios": ratios, "ours": sides, "trl": {k: trl[k] for k in trl if k != "warmup_steps"},
+            "differences": TRL_DIFFERENCES}
+
+
+TRL_FIXTURE = ROOT / "tests" / "data" / "peers" / "trl_grpo_advantages.json"
+TRL_EPS = 1e-4
+"""TRL's scale_rewards='group' divides by std + 1e-4 (prl_core's default eps is 1e-6); with eps = 1e-4 the
+two definitions coincide."""
+
+
+def ours_on_trl(rewards: list[float], groups: list[int]):
+    """prl_core's GRPO advantage (one per completion) on TRL's rewards and groups, with TRL's eps."""
+    import torch
+
+    from prl_core.config import AlgorithmConfig
+    from prl_core.estimators import compute_advantages
+
+    scores, index = torch.tensor(rewards), torch.tensor(groups)
+    mask = torch.ones(len(rewards), 1, dtype=torch.bool)
+    zeros = torch.zeros(mask.shape)
+    return compute_advantages(AlgorithmConfig(estimator="grpo", eps=TRL_EPS), scores, index, zeros, zeros, mask)[:, 0]
+
+
+def trl_advantage_check(step: dict) -> dict:
+    import torch
+
+    return _close(ours_on_trl(step["rewards"], step["group_index"]), torch.tensor(step["advantages"]))
+
+
+def write_trl_fixture(step: dict, trl: dict) -> None:
+    """One generation batch's rewards, groups and TRL's own advantages, for tests/test_peers.py."""
+    doc = {"provenance": {"made_by": "python bench/peers.py --part rl_step (bench/peers/trl/grpo_step.py in "
+                                     "bench/.envs/trl)", "trl": trl["versions"]["trl"], "torch": trl["versions"]["torch"],
+                          "what": "GRPOTrainer._generate_and_score_completions output['advantages'] of one "
+                                  "generation batch (scale_rewards='group', num_generations "
+                                  f"{trl['config']['num_generations']}), in generation order", "step": step["step"]},
+           "eps": TRL_EPS, "rewards": step["rewards"], "group_index": step["group_index"],
+           "advantages": step["advantages"]}
+    TRL_FIXTURE.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+TRL_DIFFERENCES = [
+    "generation: TRL samples with transformers' generate (use_vllm=False, its CPU path); ours with the engine the "
+    "run names: 'hf' (transformers' generate too: like for like) and 'vllm' (vLLM's CPU build, our default)",
+    "reference model: with KL 0 TRL loads none; ours still computes reference log-probs for the kl/ref diagnostic "
+    "(one extra no-grad forward pass per micro-batch, inside logprobs_s)",
+    "reward: TRL's reward function is a string match of the last \\boxed{} (~0.1 ms a step); ours is the "
+    "Math-Verify verifier pool (reward_s)",
+    "engine: ours runs the update under DeepSpeed (ZeRO-0, its AdamW) and syncs the new weights into the rollout "
+    "engine (sync_s); TRL uses the transformers Trainer with torch AdamW on the same model object (nothing to sync)",
+    "advantage: TRL divides by std + 1e-4, ours by std + 1e-6 (both the unbiased group std)",
+    "sampling: the same prompts at every step (TRL --in-order), but each side draws its own completions, so the "
+    "completion lengths (which set the generation and update cost) differ; both are recorded",
+]
+
+
+VERIFY_DATASET = {"aime24": "aime24", "amc": "amc23", "math500": "math500"}
+"""The bundled data set whose gold normalisation each outside file's golds get on our side."""
+
+
+def verify_worker(inp: Path) -> None:
+    """Our side of the verification in this fresh process: verify_one in a loop (one process, as lighteval's
+    metric runs) and the VerifierPool the pipeline uses (2 workers, worker start included), same rows."""
+    from prl.data.datasets import normalize_gold
+    from prl.grading.verifier import VerifierPool, verify_one
+
+    rows = [json.loads(line) for line in inp.read_text().splitlines()]
+    pairs = [(r["response"], normalize_gold(VERIFY_DATASET[r["source"]], r["gold"])) for r in rows]
+    verify_one("The answer is $\\boxed{2}$.", "2")  # warm-up: imports and the first parse, as lighteval's side
+    t = time.perf_counter()
+    seq = [verify_one(resp, gold) for resp, gold in pairs]
+    seq_s = time.perf_counter() - t
+    t = time.perf_counter()
+    with VerifierPool(2) as pool:
+        pooled = pool.verify(pairs)
+    pool_s = time.perf_counter() - t
+    print(json.dumps({"sequential_s": seq_s, "pool_s": pool_s, "pool_workers": 2,
+                      "scores": {r["id"]: int(v.verdict == "correct") for r, v in zip(rows, seq)},
+                      "verdicts": {r["id"]: v.verdict for r, v in zip(rows, seq)},
+                      "pool_equal": [v.verdict for v in seq] == [v.verdict for v in pooled]}))
+
+
+def verification() -> dict:
+    """lighteval 0.8.1's extractive_match (the metric that labelled the Saturn AIME file) against our
+    verifier on the 613 real outside responses of tests/data/external/, each side in a fresh process."""
+    lighteval_py = peer_python("lighteval")
+    with tempfile.TemporaryDirectory() as tmp:
+        inp, out = Path(tmp) / "in.jsonl", Path(tmp) / "lighteval.json"
+        subprocess.run([sys.executable, str(HERE / "peers" / "lighteval" / "make_input.py"), str(inp)], check=True,
+                       cwd=ROOT, capture_output=True)
+        subprocess.run([str(lighteval_py), str(HERE / "peers" / "lighteval" / "verify.py"), str(inp), str(out)],
+                       check=True, cwd=ROOT, capture_output=True)
+        r = subprocess.run([sys.executable, __file__, "--verify-worker", str(inp)], capture_output=True, text=True,
+                           check=True, cwd=ROOT)
+        ours = json.loads(r.stdout.strip().splitlines()[-1])
+        peer = json.loads(out.read_text())
+        rows = [json.loads(line) for line in inp.read_text().splitlines()]
+    n = len(rows)
+    by_source: dict[str, dict] = {}
+    for row in rows:
+        src, i = row["source"], row["id"]
+        d = by_source.setdefault(src, {"rows": 0, "ours_correct": 0, "lighteval_correct": 0, "agree": 0,
+                                       "file_label_correct": 0, "disagree": []})
+        a, b = ours["scores"][i], int(peer["scores"][i])
+        d["rows"] += 1
+        d["ours_correct"] += a
+        d["lighteval_correct"] += b
+        d["file_label_correct"] += int(row["label"])
+        d["agree"] += a == b
+        if a != b:
+            d["disagree"].append({"id": i, "ours": a, "lighteval": b, "our_verdict": ours["verdicts"][i],
+                                  "gold": row["gold"], "lighteval_extracted": peer["extracted"].get(i)})
+    lighteval_s = peer["timing"]["first_pass_s"]
+    return {"responses": n, "lighteval": {"version": peer["lighteval_version"], "versions": peer["versions"],
+                                          "metric": peer["metric"], "how": peer["how"], "first_pass_s": lighteval_s,
+                                          "provenance_check": peer["agreement_with_source_labels"]["aime24"]},
+            "ours": {"sequential_s": ours["sequential_s"], "pool_s": ours["pool_s"],
+                     "pool_workers": ours["pool_workers"], "pool_equal_sequential": ours["pool_equal"]},
+            "responses_per_s": {"lighteval": n / lighteval_s, "ours_sequential": n / ours["sequential_s"],
+                                "ours_pool": n / ours["pool_s"]},
+            "ratios": {"ours sequential / lighteval (responses/s)": lighteval_s / ours["sequential_s"],
+                       "ours pool / lighteval (responses/s)": lighteval_s / ours["pool_s"]},
+            "agreement": by_source, "agree_total": sum(d["agree"] for d in by_source.values())}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("advantages", "analysis", "all"), default="all")
+    ap.add_argument("--part", choices=("advantages", "analysis", "rl_step", "verification", "all"), default="all")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--rows", type=int, default=1_000_000, help="analysis: sample rows (default 1,000,000)")
+    ap.add_argument("--model", type=Path, help="rl_step: a warm-started model (default: built once under "
+                                               "bench/out/peers with prl model build-tiny and prl model sft)")
+    ap.add_argument("--rl-steps", type=int, default=4, help="rl_step: steps per side, warm-up included (default 4)")
+    ap.add_argument("--rl-warmup", type=int, default=1, help="rl_step: first steps left out of the medians")
     ap.add_argument("--analysis-worker", choices=("ours", "pandas"), help=argparse.SUPPRESS)
+    ap.add_argument("--rl-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--verify-worker", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.analysis_worker:
         analysis_worker(args.analysis_worker, Path(args.data))
+        return 0
+    if args.verify_worker:
+        verify_worker(args.verify_worker)
+        return 0
+    if args.rl_worker:
+        rl_worker(args.rl_worker, args.model, args.rl_steps, args.rl_warmup)
         return 0
     import torch
 
@@ -300,6 +592,7 @@ def main() -> int:
                   + ", ".join(f"{k}: {'equal' if v['equal'] else 'DIFFER'}" for k, v in c["checks"].items()),
                   file=sys.stderr)
             ok &= all(v["equal"] for v in c["checks"].values())
+        write_json("peers", doc)  # each part as soon as it is measured
     if args.part in ("analysis", "all"):
         doc["analysis"] = a = analysis(args.rows)
         print(f"[peers] analysis of {a['rows']:,} samples: " + ", ".join(
@@ -308,7 +601,19 @@ def main() -> int:
               + "checks " + ", ".join(f"{q}: {'equal' if c['equal'] else 'DIFFER'}" for q, c in a["checks"].items()),
               file=sys.stderr)
         ok &= all(c["equal"] for c in a["checks"].values())
-    write_json("peers", doc)
+        write_json("peers", doc)
+    if args.part in ("verification", "all"):
+        doc["verification"] = v = verification()
+        print(f"[peers] verification of {v['responses']} outside responses: "
+              + ", ".join(f"{k} {x:.1f}x" for k, x in v["ratios"].items())
+              + f"; agreement {v['agree_total']}/{v['responses']}", file=sys.stderr)
+        write_json("peers", doc)
+    if args.part in ("rl_step", "all"):
+        doc["rl_step"] = rl = rl_step(args.model, args.rl_steps, args.rl_warmup)
+        print("[peers] rl step: " + ", ".join(f"{k} {v['step_s']:.2f}x" for k, v in rl["ratios"].items()),
+              file=sys.stderr)
+        ok &= all(c["equal"] for c in rl["advantage_checks"].values())
+        write_json("peers", doc)
     render_all()
     return 0 if ok else 1
 

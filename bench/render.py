@@ -754,17 +754,93 @@ def region_study(res: Results) -> str:
     return "\n".join(lines)
 
 
+def region_peers(res: Results) -> str:
+    r = res.get("peers")
+    if r is None or not all(k in r for k in ("advantages", "rl_step", "verification", "analysis")):
+        return missing("peers", "python bench/peers.py")
+    lines = [f"One run of `python bench/peers.py`; {machine_detail(r['machine'])}. Each peer ran in its own "
+             "environment under `bench/.envs/` (made by `bench/peers/<tool>/`), the project in `.venv`; every "
+             "figure is a ratio against the peer in that run.", ""]
+    adv = r["advantages"]
+    lines += [f"**Advantages** (verl {adv['verl']}, torch {adv['peer_env']['torch']}; median of repeated calls, "
+              "two warm-ups excluded on both sides):", ""]
+    rows = []
+    for name, c in adv["cases"].items():
+        ms = c["ms"]
+        eq = all(v["equal"] for v in c["checks"].values())
+        worst = max(v["max_abs_diff"] for v in c["checks"].values())
+        rows.append([f"{name} (B {c['B']}, L {c['L']:,})", f"{ms['verl']['grpo_loop']:.2f} ms",
+                     f"{ms['verl']['grpo_vectorized']:.2f} ms", f"{ms['ours']['grpo']:.2f} ms",
+                     f"{ms['ours']['prl_eta_inf']:.2f} ms",
+                     f"**{c['ratios']['verl grpo_loop / ours grpo']:.1f}×** / "
+                     f"**{c['ratios']['verl grpo_vectorized / ours grpo']:.1f}×**",
+                     ("equal" if eq else "DIFFER") + f" (max abs diff {worst:.1e})"])
+    lines += table(["case", "verl GRPO (loop)", "verl GRPO (vectorised)", "ours GRPO", "ours PRL η = ∞",
+                    "verl loop / ours, vectorised / ours", "GRPO, Dr.GRPO, PRL η = ∞ vs verl"], rows)
+    rl = r["rl_step"]
+    sm = rl["summary"]
+    lines += ["", f"**An RL step** (TRL {rl['trl']['versions']['trl']} `GRPOTrainer` against our trainer; "
+              f"{rl['settings']['prompts_per_step']} prompts × {rl['settings']['group']}, ≤ "
+              f"{rl['settings']['max_tokens']} tokens, optimizer batch {rl['settings']['micro_batch']} × "
+              f"{rl['settings']['grad_accum']}, lr {rl['settings']['lr']:g}, fp32, 2 threads; the same prompts at every "
+              f"step; median of {rl['steps'] - rl['warmup_steps']} steps after {rl['warmup_steps']} warm-up, each side "
+              "in a fresh process):", ""]
+    rows = []
+    for name, label in (("trl", "TRL (transformers generate)"), ("grpo:hf", "ours GRPO, hf engine"),
+                        ("grpo:vllm", "ours GRPO, vLLM engine (default)"), ("prl:hf", "ours PRL, hf engine")):
+        x = sm[name]
+        ratio = "—" if name == "trl" else f"**{x['step_s'] and sm['trl']['step_s'] / x['step_s']:.2f}×**"
+        rows.append([label, f"{x['step_s']:.2f} s", f"{x['generate_s']:.2f} s", f"{x['logprobs_s']:.2f} s",
+                     f"{x['reward_s'] * 1e3:.1f} ms", f"{x['update_s']:.2f} s", f"{x['completion_tokens']:.1f}",
+                     f"{x['peak_rss_mib']:,.0f} MiB", ratio])
+    lines += table(["side", "step", "generate", "log-probs", "reward", "update", "mean completion tokens",
+                    "peak RSS", "TRL step / ours"], rows)
+    lines += ["", "What differs between the two set-ups and cannot be made equal: " + "; ".join(rl["differences"]) + "."]
+    v = r["verification"]
+    lv = v["lighteval"]
+    prov = lv["provenance_check"]
+    lines += ["", f"**Verification** of the {v['responses']} real outside responses in `tests/data/external/` "
+              f"(lighteval {lv['version']}, `extractive_match`: it reproduces the Saturn AIME file's own labels on "
+              f"{prov['agree']}/{prov['rows']} rows; each side in a fresh process, one warm-up call excluded):", ""]
+    rps = v["responses_per_s"]
+    lines += table(["lighteval (one process)", "ours, verify_one in one process",
+                    f"ours, VerifierPool ({v['ours']['pool_workers']} workers, start included)",
+                    "ours one process / lighteval", "ours pool / lighteval"],
+                   [[f"{rps['lighteval']:.0f} responses/s", f"{rps['ours_sequential']:.0f} responses/s",
+                     f"{rps['ours_pool']:.0f} responses/s",
+                     f"**{v['ratios']['ours sequential / lighteval (responses/s)']:.2f}×**",
+                     f"**{v['ratios']['ours pool / lighteval (responses/s)']:.2f}×**"]])
+    rows = [[src, str(d["rows"]), str(d["ours_correct"]), str(d["lighteval_correct"]), str(d["file_label_correct"]),
+             f"{d['agree']}/{d['rows']}"] for src, d in v["agreement"].items()]
+    lines += [""] + table(["file", "rows", "ours correct", "lighteval correct", "the file's own labels",
+                           "ours = lighteval"], rows)
+    a = r["analysis"]
+    lines += ["", f"**Analysis** of {a['rows']:,} samples ({a['runs']} runs): the store ({a['store_mib']:.0f} MiB) "
+              f"against one JSONL file per run with pandas ({a['jsonl_mib']:.0f} MiB); each side a fresh process, "
+              "so its time includes reading the data:", ""]
+    names = {"scores": "average@n, pass@1, pass@n per data set with 95% bootstrap CIs (one run)",
+             "diff": "success-set diff of two runs", "suspicious": "the run's suspicious passes"}
+    rows = [[names[q], f"{x['ours_s']:.2f} s", f"{x['pandas_s']:.2f} s", f"**{x['pandas / ours']:.1f}×**",
+             "equal" if a["checks"][q]["equal"] else "DIFFER"] for q, x in a["questions"].items()]
+    rows.append(["all three, one process each", f"{a['total']['ours']:.2f} s", f"{a['total']['pandas']:.2f} s",
+                 f"**{a['total']['pandas'] / a['total']['ours']:.1f}×**", ""])
+    rows.append(["peak RSS", f"{a['peak_rss_mib']['ours']:,.0f} MiB", f"{a['peak_rss_mib']['pandas']:,.0f} MiB",
+                 f"**{a['peak_rss_mib']['pandas'] / a['peak_rss_mib']['ours']:.1f}×**", ""])
+    lines += table(["question", "ours (store)", "pandas (JSONL)", "pandas / ours", "answers"], rows)
+    return "\n".join(lines)
+
+
 REGIONS: dict[str, Callable[[Results], str]] = {
     "status": region_status, "demo": region_demo, "performance": region_performance, "reliability": region_reliability,
     "summary": region_summary, "advantages": region_advantages, "generation": region_generation, "verify": region_verify,
     "store": region_store, "store_10m": region_store_10m, "relevance": region_relevance, "external": region_external, "train_step": region_train_step,
     "dashboard": region_dashboard, "load": region_load, "faults": region_faults, "real_model": region_real_model,
-    "study": region_study,
+    "study": region_study, "peers": region_peers,
 }
 EXPECTED = {
     "README.md": ("status", "demo", "performance", "reliability", "external", "study"),
     "bench/RESULTS.md": ("summary", "advantages", "generation", "real_model", "verify", "store", "store_10m", "relevance",
-                         "external", "train_step", "dashboard", "load", "faults", "study"),
+                         "external", "train_step", "dashboard", "load", "faults", "study", "peers"),
 }
 
 REGION_RE = re.compile(r"<!-- figures:(?P<name>[a-z][a-z0-9_-]*) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)

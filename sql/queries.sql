@@ -24,9 +24,9 @@ ON CONFLICT DO NOTHING;
 -- name: stored_sample_keys
 SELECT dataset, problem_id, sample_idx FROM samples WHERE run_id = $run_id;
 
--- name: insert_train_metric
-INSERT INTO train_metrics (run_id, step, name, value) VALUES ($run_id, $step, $name, $value)
-ON CONFLICT DO NOTHING;
+-- name: insert_incoming_train_metrics
+-- bulk insert of an Arrow table registered as incoming_rows (prl.store.Store.insert_rows)
+INSERT INTO train_metrics BY NAME SELECT * FROM incoming_rows ON CONFLICT DO NOTHING;
 
 -- name: dataset_metrics_for_run
 SELECT dataset, problems, n, average_at_n, pass_at_n FROM dataset_metrics WHERE run_id = $run_id ORDER BY dataset;
@@ -84,10 +84,8 @@ ORDER BY answer_only DESC, coalesce(best_fit <> problem_id, false) DESC, relevan
 LIMIT $limit;
 
 
--- name: insert_prl_segment
-INSERT INTO prl_segments (run_id, step, rollout_idx, segment_idx, start_tok, end_tok, kl_to_go, rho)
-VALUES ($run_id, $step, $rollout_idx, $segment_idx, $start_tok, $end_tok, $kl_to_go, $rho)
-ON CONFLICT DO NOTHING;
+-- name: insert_incoming_prl_segments
+INSERT INTO prl_segments BY NAME SELECT * FROM incoming_rows ON CONFLICT DO NOTHING;
 
 -- name: set_run_progress
 UPDATE runs SET train_step = $train_step WHERE run_id = $run_id;
@@ -110,10 +108,8 @@ SELECT step, rollout_idx, segment_idx, start_tok, end_tok, kl_to_go, rho FROM pr
 WHERE run_id = $run_id ORDER BY step, rollout_idx, segment_idx;
 
 
--- name: insert_train_rollout
-INSERT INTO train_rollouts (run_id, step, rollout_idx, problem, gold, response, reward, tokens)
-VALUES ($run_id, $step, $rollout_idx, $problem, $gold, $response, $reward, $tokens)
-ON CONFLICT DO NOTHING;
+-- name: insert_incoming_train_rollouts
+INSERT INTO train_rollouts BY NAME SELECT * FROM incoming_rows ON CONFLICT DO NOTHING;
 
 -- name: delete_rollouts_after
 DELETE FROM train_rollouts WHERE run_id = $run_id AND step > $step;

@@ -52,16 +52,16 @@ def seed(path) -> str:
               config={"algorithm": {"estimator": "prl", "eta": 20, "step_split": "text:\n\n"},
                       "train": {"temperature": 1.0, "max_tokens": 96}},
               manifest={"seed": 0}, parent_run_id=None, train_step=5)
-    s.execute_many("insert_train_metric", ({"run_id": "train-prl", "step": step, "name": name, "value": value}
+    s.insert_rows("train_metrics", ({"run_id": "train-prl", "step": step, "name": name, "value": value}
                                            for step in range(1, 6)
                                            for name, value in (("reward/mean", 0.1 * step), ("kl/ref", 0.01 * step),
                                                                ("actor/entropy", 1.0 - 0.1 * step))))
-    s.execute_many("insert_prl_segment", ({"run_id": "train-prl", "step": 5, "rollout_idx": 0, "segment_idx": j,
+    s.insert_rows("prl_segments", ({"run_id": "train-prl", "step": 5, "rollout_idx": 0, "segment_idx": j,
                                            "start_tok": 3 * j, "end_tok": 3 * j + 2, "kl_to_go": 0.3 - 0.1 * j,
                                            "rho": 0.5 - 0.4 * j} for j in range(3)))
-    s.execute("insert_train_rollout", run_id="train-prl", step=5, rollout_idx=0, problem="What is 2 + 2?", gold="4",
-              response="2 + 2\n\n= 4\n\n\\boxed{4}", reward=1.0,
-              tokens=json.dumps(["2", " +", " 2", "\n\n", "=", " 4", "\n\n", "\\boxed{", "4}"]))
+    s.insert_rows("train_rollouts", [dict(run_id="train-prl", step=5, rollout_idx=0, problem="What is 2 + 2?", gold="4",
+                                          response="2 + 2\n\n= 4\n\n\\boxed{4}", reward=1.0,
+                                          tokens=["2", " +", " 2", "\n\n", "=", " 4", "\n\n", "\\boxed{", "4}"])])
     s.execute("upsert_run", run_id="train-prl@step5", kind="eval", model="/runs/train-prl/policy", status="finished",
               config={"datasets": ["math500"], "n": 4}, manifest={"seed": 0}, parent_run_id="train-prl", train_step=5)
     s.insert_samples([dict(run_id="train-prl@step5", dataset="math500", problem_id="math500/0", sample_idx=i,
@@ -81,13 +81,13 @@ def add_repeating_run(path, run_id: str = "train-rep", step: int = 2) -> str:
     s.execute("upsert_run", run_id=run_id, kind="train", model="/models/tiny", status="finished",
               config={"algorithm": {"estimator": "prl", "eta": 20, "step_split": "text:\n\n"}},
               manifest={"seed": 0}, parent_run_id=None, train_step=step)
-    s.execute_many("insert_train_metric", ({"run_id": run_id, "step": t, "name": "reward/mean", "value": 0.5}
+    s.insert_rows("train_metrics", ({"run_id": run_id, "step": t, "name": "reward/mean", "value": 0.5}
                                            for t in range(1, step + 1)))
     tokens = json.dumps([t for _ in range(150) for t in ("2", " +", " 2", " =", " 4", "\n\n")])
     for idx in range(2):
-        s.execute("insert_train_rollout", run_id=run_id, step=step, rollout_idx=idx, problem="What is 2 + 2?",
-                  gold="4", response=REPEATED, reward=0.0, tokens=tokens)
-        s.execute_many("insert_prl_segment", ({"run_id": run_id, "step": step, "rollout_idx": idx, "segment_idx": j,
+        s.insert_rows("train_rollouts", [dict(run_id=run_id, step=step, rollout_idx=idx, problem="What is 2 + 2?",
+                                              gold="4", response=REPEATED, reward=0.0, tokens=tokens)])
+        s.insert_rows("prl_segments", ({"run_id": run_id, "step": step, "rollout_idx": idx, "segment_idx": j,
                                                "start_tok": 6 * j, "end_tok": 6 * j + 5, "kl_to_go": 0.1,
                                                "rho": 0.0} for j in range(3)))
     return str(path)
@@ -123,7 +123,7 @@ def add_study(db) -> str:
                              "response": "r", "extracted_answer": "1", "verdict": "correct" if ok else "wrong",
                              "score": 1.0 if ok else 0.0, "n_tokens": 3, "finish_reason": "stop", "verify_ms": 1.0})
         store.insert_samples(rows)
-        store.execute_many("insert_train_metric", [{"run_id": train, "step": step, "name": name, "value": v}
+        store.insert_rows("train_metrics", [{"run_id": train, "step": step, "name": name, "value": v}
                                                    for step in (1, 2)
                                                    for name, v in (("reward/mean", 0.1 * step), ("kl/ref", 0.01 * step))])
     return str(db)

@@ -38,6 +38,23 @@ def test_prl_core_matches_verls_own_grpo_outputs():
                                atol=1e-5)
 
 
+TRL_FIXTURE = Path(__file__).parent / "data" / "peers" / "trl_grpo_advantages.json"
+
+
+def test_prl_core_matches_trls_own_grpo_advantages():
+    """TRL 1.16's GRPOTrainer advantages of one real generation batch (80 completions of the tiny model, its
+    rewards and groups as TRL formed them); prl_core's GRPO with TRL's eps (std + 1e-4) gives the same."""
+    doc = json.loads(TRL_FIXTURE.read_text())
+    assert doc["provenance"]["trl"] == "1.16.0" and doc["eps"] == 1e-4
+    rewards, groups = torch.tensor(doc["rewards"]), torch.tensor(doc["group_index"])
+    trl = torch.tensor(doc["advantages"])
+    assert len(rewards) == len(groups) == len(trl) == 80 and trl.abs().sum() > 0  # mixed groups: something to compare
+    mask = torch.ones(len(rewards), 1, dtype=torch.bool)
+    zeros = torch.zeros(mask.shape)
+    ours = compute_advantages(AlgorithmConfig(estimator="grpo", eps=doc["eps"]), rewards, groups, zeros, zeros, mask)
+    torch.testing.assert_close(ours[:, 0], trl, rtol=0, atol=1e-5)
+
+
 def test_the_project_keeps_the_antlr4_runtime_math_verify_needs():
     """verl's environment pulls omegaconf's antlr4-python3-runtime 4.9.3, which would silently swap the
     LaTeX parser latex2sympy2_extended generates for 4.13.2; the project's environment keeps 4.13.2 and

@@ -125,7 +125,7 @@ def test_sharded_run_stores_the_same_samples_as_the_chunked_run_and_resumes_from
 # ─── the Ray task runner, for real: a 2-CPU local Ray runtime under Prefect ───────────────────
 
 @pytest.mark.e2e
-def test_prl_eval_on_a_local_ray_runtime_matches_the_in_process_run(tiny_model_dir, tmp_path, prefect_api_env):
+def test_prl_eval_on_a_local_ray_runtime_matches_the_in_process_run(tiny_model_dir, tmp_path):
     """`prl eval --task-runner ray --ray-cpus 2`: shards run as Prefect tasks in Ray workers, write
     Parquet files, and the driver stores them; the samples equal an in-process run's."""
     db, ref_db = tmp_path / "ray.duckdb", tmp_path / "ref.duckdb"

@@ -105,6 +105,35 @@ def test_insert_samples_is_bulk_and_typed(store):
     assert store.rows("dataset_metrics_for_run", run_id="r")[0][:3] == ("d", 100, 8)
 
 
+
+def test_training_rows_go_in_as_one_table_typed_and_once(store):
+    """A step's metrics (one NaN stored as NULL), segments and rollout (tokens as JSON) in one transaction;
+    the same rows again add nothing, a failed transaction adds none of them."""
+    metrics = [{"run_id": "t", "step": 1, "name": "reward/mean", "value": 0.25},
+               {"run_id": "t", "step": 1, "name": "prl/rho_std", "value": None}]
+    segments = [{"run_id": "t", "step": 1, "rollout_idx": 0, "segment_idx": j, "start_tok": 4 * j, "end_tok": 4 * j + 3,
+                 "kl_to_go": 0.5 - 0.25 * j, "rho": -0.1 * j} for j in range(2)]
+    rollout = [{"run_id": "t", "step": 1, "rollout_idx": 0, "problem": "1 + 1?", "gold": "2", "response": "\\boxed{2}",
+                "reward": 1.0, "tokens": ["\\boxed{", "2}"]}]
+    for _ in range(2):
+        with store.write() as con:
+            store.insert_rows("train_metrics", metrics, con)
+            store.insert_rows("prl_segments", segments, con)
+            store.insert_rows("train_rollouts", rollout, con)
+    with store.read() as con:
+        assert con.execute("SELECT name, value FROM train_metrics ORDER BY name").fetchall() == [
+            ("prl/rho_std", None), ("reward/mean", 0.25)]
+        assert con.execute("SELECT segment_idx, start_tok, end_tok, kl_to_go, rho FROM prl_segments ORDER BY 1"
+                           ).fetchall() == [(0, 0, 3, 0.5, 0.0), (1, 4, 7, 0.25, -0.1)]
+        assert con.execute("SELECT response, tokens->>'$[1]', reward FROM train_rollouts").fetchall() == [
+            ("\\boxed{2}", "2}", 1.0)]
+    with pytest.raises(RuntimeError):
+        with store.write() as con:
+            store.insert_rows("train_metrics", [{"run_id": "t", "step": 2, "name": "reward/mean", "value": 1.0}], con)
+            raise RuntimeError("the step failed after its metrics")
+    assert store.rows("train_steps_for_run", run_id="t") == [(1,)]
+
+
 WRITER = r"""
 import sys, time
 from prl.store.db import Store

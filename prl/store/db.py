@@ -67,6 +67,16 @@ def samples_table(rows: list[dict[str, Any]]):
     return pa.table({f.name: pa.array([r.get(f.name) for r in rows], f.type) for f in schema}, schema=schema)
 
 
+ROW_COLUMNS = {
+    "train_metrics": {"run_id": "string", "step": "int32", "name": "string", "value": "float64"},
+    "prl_segments": {"run_id": "string", "step": "int32", "rollout_idx": "int32", "segment_idx": "int32",
+                     "start_tok": "int32", "end_tok": "int32", "kl_to_go": "float64", "rho": "float64"},
+    "train_rollouts": {"run_id": "string", "step": "int32", "rollout_idx": "int32", "problem": "string",
+                       "gold": "string", "response": "string", "reward": "float64", "tokens": "string"},
+}
+"""The training tables :meth:`Store.insert_rows` writes in bulk: each column's Arrow type (JSON columns as text)."""
+
+
 class StoreError(RuntimeError):
     """The store cannot be used as asked; the message says why and what to do."""
 
@@ -328,6 +338,35 @@ class Store:
                 except Exception:  # an aborted transaction refuses it; the original error is what matters
                     pass
             return con.execute(self._sql("count_samples")).fetchall()[0][0] - before
+
+    def insert_rows(self, table: str, rows: Iterable[dict[str, Any]], con=None) -> None:
+        """Insert rows into one of :data:`ROW_COLUMNS`' tables as one Arrow table (rows already stored are skipped), in
+        ``con``'s transaction when given, else in one of their own. A training step's ~150 metric, segment and
+        rollout rows took 0.29 s as one INSERT each and ~0.1 s this way (bench/peers.py, the RL step)."""
+        import pyarrow as pa
+
+        rows = list(rows)
+        if not rows:
+            return
+        columns = ROW_COLUMNS[table]
+        schema = pa.schema([(c, getattr(pa, t)()) for c, t in columns.items()])
+        arrow = pa.table({c: pa.array([_bind(r.get(c)) for r in rows], schema.field(c).type) for c in columns},
+                         schema=schema)
+        if con is None:
+            with self.write() as con:
+                self._insert_arrow(con, table, arrow)
+        else:
+            self._insert_arrow(con, table, arrow)
+
+    def _insert_arrow(self, con, table: str, arrow) -> None:
+        con.register("incoming_rows", arrow)
+        try:
+            con.execute(self._sql(f"insert_incoming_{table}"))
+        finally:
+            try:
+                con.unregister("incoming_rows")
+            except Exception:  # an aborted transaction refuses it; the original error is what matters
+                pass
 
     def insert_problems(self, problems: Iterable[Any]) -> None:
         """Insert :class:`prl.data.datasets.Problem` rows (existing ones are kept as they are)."""

@@ -558,13 +558,10 @@ class Trainer:
     def write_metrics(self, step: int, metrics: dict[str, float], segs: dict[str, list[dict[str, Any]]]) -> None:
         rows = [{"run_id": self.run_id, "step": step, "name": k, "value": (None if v != v else float(v))}
                 for k, v in sorted(metrics.items())]
-        with self.store.write() as con:
-            for row in rows:
-                con.execute(self.store.q["insert_train_metric"], row)
-            for row in segs.get("segments", []):
-                con.execute(self.store.q["insert_prl_segment"], row)
-            for row in segs.get("rollouts", []):
-                con.execute(self.store.q["insert_train_rollout"], {**row, "tokens": json.dumps(row["tokens"])})
+        with self.store.write() as con:  # one transaction: a step's rows are all stored or none
+            self.store.insert_rows("train_metrics", rows, con)
+            self.store.insert_rows("prl_segments", segs.get("segments", []), con)
+            self.store.insert_rows("train_rollouts", segs.get("rollouts", []), con)
             con.execute(self.store.q["set_run_progress"], {"run_id": self.run_id, "train_step": step})
 
     def save_checkpoint(self) -> None:

@@ -13,6 +13,7 @@
 #                  prl data synth --out WORK/synth --train 10
 #   --work DIR   scratch (default bench/.envs/verl-fixture-work, gitignored)
 #   --out DIR    where the dump and PROVENANCE.md go (default tests/data/formats/verl)
+#   --env-only   make (or check) verl's venv and stop: what bench/peers.py needs for its advantage comparison
 #
 # verl gets its own venv, bench/.envs/verl (python3 -m venv; never the project's .venv): the pinned
 # import deps in requirements.lock, then verl==0.9.1 with --no-deps. PRL (default .venv/bin/prl)
@@ -24,7 +25,7 @@ REPO="$(cd "$HERE/../../.." && pwd)"
 VERL_VERSION=0.9.1
 VENV="$REPO/bench/.envs/verl"
 PRL="${PRL:-$REPO/.venv/bin/prl}"
-MODEL="" SYNTH="" WORK="$REPO/bench/.envs/verl-fixture-work" OUT="$REPO/tests/data/formats/verl"
+ENV_ONLY=0 MODEL="" SYNTH="" WORK="$REPO/bench/.envs/verl-fixture-work" OUT="$REPO/tests/data/formats/verl"
 COMMAND="bench/peers/verl/make_fixture.sh $*"
 
 while [ $# -gt 0 ]; do
@@ -33,7 +34,8 @@ while [ $# -gt 0 ]; do
     --synth) SYNTH="$2"; shift 2 ;;
     --work) WORK="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --env-only) ENV_ONLY=1; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -61,6 +63,7 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "$WANT" > "$STAMP"
 fi
 PY="$VENV/bin/python"
+if [ "$ENV_ONLY" = 1 ]; then echo "== $VENV ready (verl==$VERL_VERSION)"; exit 0; fi
 
 # the model
 if [ -z "$MODEL" ]; then
