@@ -14,8 +14,8 @@ Parts:
   over the batch) and ``compute_grpo_vectorized_outcome_advantage`` against ``prl_core``'s GRPO,
   Dr.GRPO and PRL at η = ∞ on the same tensors (B = 640, L = 3,072, the paper's batch; and a small
   case), results checked equal where the definitions coincide. Conventions that differ are stated in
-  the results file: a group of one response gets A = R in verl (mean 0, std 1) and A = 0 here (no
-  baseline to compare with); both add eps = 1e-6 to the unbiased std. verl has no process-reward path
+  the results file: a group of one response gets R / (1 + eps) in verl (mean 0, std 1) and R itself
+  here (no baseline; prl_core.advantages._group_normalize); both add eps = 1e-6 to the unbiased std. verl has no process-reward path
   that PRL's coincides with (its KL-in-reward penalty shifts the outcome score), so only the outcome
   path is compared. The small case's inputs and verl's outputs are committed under tests/data/peers/
   and checked in CI by tests/test_peers.py without installing verl.
@@ -141,8 +141,8 @@ def advantages(repeats: int) -> dict:
             write_fixture(case, v, peer)
     result["conventions"] = [
         "both: A = (R - mean_g) / (std_g + 1e-6), std unbiased (n - 1), broadcast over the response mask",
-        "a group of one response: verl A = R (mean 0, std 1); prl_core A = 0 (no baseline); the cases here have "
-        "groups of 5, where the definitions coincide",
+        "a group of one response: verl A = R / (1 + 1e-6) (mean 0, std 1), prl_core A = R (no baseline): equal "
+        "within the tolerance; the cases here have groups of 5",
         "verl returns float32 advantages; prl_core returns the log-prob dtype (float32 here)",
     ]
     return result
@@ -393,24 +393,30 @@ def rl_step(model: Path | None, steps: int, warmup: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         prompts, out = Path(tmp) / "prompts.jsonl", Path(tmp) / "trl.json"
         rl_prompts(model, steps, prompts)
-        for spec in ("grpo:hf", "grpo:vllm", "prl:hf"):
+        trl_cmd = [str(trl_py), str(HERE / "peers" / "trl" / "grpo_step.py"), "--model", str(model), "--prompts",
+                   str(prompts), "--out", str(out), "--steps", str(steps), "--warmup-steps", str(warmup),
+                   "--prompts-per-step", str(RL["prompts_per_step"]), "--group", str(RL["group"]), "--max-tokens",
+                   str(RL["max_tokens"]), "--lr", str(RL["lr"]), "--micro-batch", str(RL["micro_batch"]),
+                   "--grad-accum", str(RL["grad_accum"]), "--threads", "2", "--seed", str(RL["seed"]), "--in-order"]
+        trl_runs = []
+        # TRL before and after our three sides: the machine's speed drifts over minutes (cloud cores), and
+        # the bracket puts TRL's measured steps on both sides of ours
+        for spec in ("trl", "grpo:hf", "grpo:vllm", "prl:hf", "trl"):
+            if spec == "trl":
+                r = subprocess.run(trl_cmd, capture_output=True, text=True, cwd=ROOT)
+                if r.returncode:
+                    raise SystemExit(f"TRL's step failed:\n{r.stderr[-3000:]}")
+                trl_runs.append(json.loads(out.read_text()))
+                continue
             r = subprocess.run([sys.executable, __file__, "--rl-worker", spec, "--model", str(model), "--rl-steps",
                                 str(steps), "--rl-warmup", str(warmup)], capture_output=True, text=True, cwd=ROOT)
             if r.returncode:
                 raise SystemExit(f"our {spec} step failed:\n{r.stderr[-3000:]}")
             sides[spec] = json.loads(r.stdout.strip().splitlines()[-1])
-        r = subprocess.run([str(trl_py), str(HERE / "peers" / "trl" / "grpo_step.py"), "--model", str(model),
-                            "--prompts", str(prompts), "--out", str(out), "--steps", str(steps), "--warmup-steps",
-                            str(warmup), "--prompts-per-step", str(RL["prompts_per_step"]), "--group",
-                            str(RL["group"]), "--max-tokens", str(RL["max_tokens"]), "--lr", str(RL["lr"]),
-                            "--micro-batch", str(RL["micro_batch"]), "--grad-accum", str(RL["grad_accum"]),
-                            "--threads", "2", "--seed", str(RL["seed"]), "--in-order"],
-                           capture_output=True, text=True, cwd=ROOT)
-        if r.returncode:
-            raise SystemExit(f"TRL's step failed:\n{r.stderr[-3000:]}")
-        trl = json.loads(out.read_text())
-    trl_steps = trl["steps"]  # every step, each with its "warmup" flag (trl["warmup_steps"]: those again)
-    checks = {f"step {s['step']}": trl_advantage_check(s) for s in trl_steps}
+    trl = trl_runs[-1]
+    trl["peak_rss_mib"] = max(t["peak_rss_mib"] for t in trl_runs)
+    trl_steps = [st for t in trl_runs for st in t["steps"]]  # every step of both runs, each with its "warmup" flag
+    checks = {f"run {i} step {st['step']}": trl_advantage_check(st) for i, t in enumerate(trl_runs) for st in t["steps"]}
     write_trl_fixture(trl_steps[-1], trl)
     summary = {"trl": {"step_s": _median(trl_steps, "wall_s"), "generate_s": _median(trl_steps, "generate_s"),
                        "logprobs_s": _median(trl_steps, "old_logprob_s"), "reward_s": _median(trl_steps, "reward_s"),
@@ -429,7 +435,8 @@ def rl_step(model: Path | None, steps: int, warmup: int) -> dict:
               for spec in sides}
     return {"settings": RL, "steps": steps, "warmup_steps": warmup, "model": str(model), "summary": summary,
             "advantage_checks": checks,
-            "ratios": ratios, "ours": sides, "trl": {k: trl[k] for k in trl if k != "warmup_steps"},
+            "ratios": ratios, "ours": sides, "trl": {k: trl[k] for k in trl if k not in ("warmup_steps", "steps")},
+            "trl_steps": [[st for st in t["steps"]] for t in trl_runs],
             "differences": TRL_DIFFERENCES}
 
 
@@ -511,6 +518,40 @@ def verify_worker(inp: Path) -> None:
                       "pool_equal": [v.verdict for v in seq] == [v.verdict for v in pooled]}))
 
 
+LIGHTEVAL_FIXTURE = ROOT / "tests" / "data" / "peers" / "lighteval_verdicts.json"
+
+
+def write_lighteval_fixture(peer: dict, rows: list[dict]) -> None:
+    """lighteval's verdict on each outside response (by the id make_input.py gives it), for tests/test_peers.py."""
+    doc = {"provenance": {"made_by": "python bench/peers.py --part verification (bench/peers/lighteval/verify.py in "
+                                     "bench/.envs/lighteval on bench/peers/lighteval/make_input.py's rows of "
+                                     "tests/data/external/)", "lighteval": peer["lighteval_version"],
+                          "versions": peer["versions"], "how": peer["how"]},
+           "lighteval": {r["id"]: int(peer["scores"][r["id"]]) for r in rows},
+           "file_labels": {r["id"]: int(r["label"]) for r in rows}}
+    LIGHTEVAL_FIXTURE.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def disagreement_cause(response: str, lighteval_predictions: list[str]) -> str:
+    """Why the two graders differ on one response, from what each read (our verifier takes the final
+    ``<answer>`` tag's content when there is one; lighteval searches the whole response, first match)."""
+    import re
+
+    from prl.grading.verifier import answer_tag
+
+    tag = answer_tag(response)
+    if tag is None:
+        return "no answer tag: the two extractions pick different expressions"
+    if not re.search(r"\d", tag):
+        return "the answer tag holds no answer (a template placeholder): lighteval scores an expression of the reasoning"
+    if len(re.findall(r"[A-Za-z]{2,}", tag)) >= 4:
+        return "the answer tag holds a sentence: we parse its content, lighteval the whole response"
+    if any(p and p != tag.strip() and re.search(rf"(?<![\d.]){re.escape(p)}(?![\d.])", tag)
+           for p in lighteval_predictions[1:]):
+        return "both read the tag's equation; our verifier does not take its right-hand side"
+    return "a bare answer in the tag: lighteval's first match is an expression of the reasoning"
+
+
 def verification() -> dict:
     """lighteval 0.8.1's extractive_match (the metric that labelled the Saturn AIME file) against our
     verifier on the 613 real outside responses of tests/data/external/, each side in a fresh process."""
@@ -539,8 +580,11 @@ def verification() -> dict:
         d["file_label_correct"] += int(row["label"])
         d["agree"] += a == b
         if a != b:
+            extracted = peer["extracted"].get(i) or {}
             d["disagree"].append({"id": i, "ours": a, "lighteval": b, "our_verdict": ours["verdicts"][i],
-                                  "gold": row["gold"], "lighteval_extracted": peer["extracted"].get(i)})
+                                  "gold": row["gold"], "lighteval_extracted": extracted,
+                                  "cause": disagreement_cause(row["response"], extracted.get("predictions") or [])})
+    write_lighteval_fixture(peer, rows)
     lighteval_s = peer["timing"]["first_pass_s"]
     return {"responses": n, "lighteval": {"version": peer["lighteval_version"], "versions": peer["versions"],
                                           "metric": peer["metric"], "how": peer["how"], "first_pass_s": lighteval_s,
@@ -561,7 +605,7 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=1_000_000, help="analysis: sample rows (default 1,000,000)")
     ap.add_argument("--model", type=Path, help="rl_step: a warm-started model (default: built once under "
                                                "bench/out/peers with prl model build-tiny and prl model sft)")
-    ap.add_argument("--rl-steps", type=int, default=4, help="rl_step: steps per side, warm-up included (default 4)")
+    ap.add_argument("--rl-steps", type=int, default=6, help="rl_step: steps per side, warm-up included (default 6)")
     ap.add_argument("--rl-warmup", type=int, default=1, help="rl_step: first steps left out of the medians")
     ap.add_argument("--analysis-worker", choices=("ours", "pandas"), help=argparse.SUPPRESS)
     ap.add_argument("--rl-worker", help=argparse.SUPPRESS)
@@ -592,7 +636,8 @@ def main() -> int:
                   + ", ".join(f"{k}: {'equal' if v['equal'] else 'DIFFER'}" for k, v in c["checks"].items()),
                   file=sys.stderr)
             ok &= all(v["equal"] for v in c["checks"].values())
-        write_json("peers", doc)  # each part as soon as it is measured
+        doc["advantages"]["machine"] = machine_info()
+        write_json("peers", doc)  # each part as soon as it is measured, with its machine and time
     if args.part in ("analysis", "all"):
         doc["analysis"] = a = analysis(args.rows)
         print(f"[peers] analysis of {a['rows']:,} samples: " + ", ".join(
@@ -601,18 +646,21 @@ def main() -> int:
               + "checks " + ", ".join(f"{q}: {'equal' if c['equal'] else 'DIFFER'}" for q, c in a["checks"].items()),
               file=sys.stderr)
         ok &= all(c["equal"] for c in a["checks"].values())
+        a["machine"] = machine_info()
         write_json("peers", doc)
     if args.part in ("verification", "all"):
         doc["verification"] = v = verification()
         print(f"[peers] verification of {v['responses']} outside responses: "
               + ", ".join(f"{k} {x:.1f}x" for k, x in v["ratios"].items())
               + f"; agreement {v['agree_total']}/{v['responses']}", file=sys.stderr)
+        v["machine"] = machine_info()
         write_json("peers", doc)
     if args.part in ("rl_step", "all"):
         doc["rl_step"] = rl = rl_step(args.model, args.rl_steps, args.rl_warmup)
         print("[peers] rl step: " + ", ".join(f"{k} {v['step_s']:.2f}x" for k, v in rl["ratios"].items()),
               file=sys.stderr)
         ok &= all(c["equal"] for c in rl["advantage_checks"].values())
+        rl["machine"] = machine_info()
         write_json("peers", doc)
     render_all()
     return 0 if ok else 1

@@ -758,12 +758,16 @@ def region_peers(res: Results) -> str:
     r = res.get("peers")
     if r is None or not all(k in r for k in ("advantages", "rl_step", "verification", "analysis")):
         return missing("peers", "python bench/peers.py")
-    lines = [f"One run of `python bench/peers.py`; {machine_detail(r['machine'])}. Each peer ran in its own "
-             "environment under `bench/.envs/` (made by `bench/peers/<tool>/`), the project in `.venv`; every "
-             "figure is a ratio against the peer in that run.", ""]
+    def when(part: dict) -> str:
+        return f" — measured {part['machine']['date']}, commit {part['machine']['git_commit']}" if "machine" in part else ""
+
+    lines = [f"`python bench/peers.py`; {machine_detail(r['machine'])}. Each part runs both sides in one run, each "
+             "peer in its own environment under `bench/.envs/` (made by `bench/peers/<tool>/`), the project in "
+             "`.venv`; every figure is a ratio against the peer in that part's run. Ratios of sub-millisecond calls "
+             "and ratios near 1 move between runs on this machine: read them as ties.", ""]
     adv = r["advantages"]
     lines += [f"**Advantages** (verl {adv['verl']}, torch {adv['peer_env']['torch']}; median of repeated calls, "
-              "two warm-ups excluded on both sides):", ""]
+              f"two warm-ups excluded on both sides{when(adv)}):", ""]
     rows = []
     for name, c in adv["cases"].items():
         ms = c["ms"]
@@ -784,16 +788,20 @@ def region_peers(res: Results) -> str:
               f"{rl['settings']['max_tokens']} tokens, optimizer batch {rl['settings']['micro_batch']} × "
               f"{rl['settings']['grad_accum']}, lr {rl['settings']['lr']:g}, fp32, 2 threads; the same prompts at every "
               f"step; median of {rl['steps'] - rl['warmup_steps']} steps after {rl['warmup_steps']} warm-up, each side "
-              "in a fresh process):", ""]
+              f"in a fresh process, TRL run before and after ours and its steps pooled{when(rl)}):", ""]
     rows = []
+    measured = {spec: [st["wall_s"] for st in side["steps"] if not st["warmup"]] for spec, side in rl["ours"].items()}
+    measured["trl"] = [st["wall_s"] for run in rl.get("trl_steps", []) for st in run if not st["warmup"]]
     for name, label in (("trl", "TRL (transformers generate)"), ("grpo:hf", "ours GRPO, hf engine"),
                         ("grpo:vllm", "ours GRPO, vLLM engine (default)"), ("prl:hf", "ours PRL, hf engine")):
         x = sm[name]
         ratio = "—" if name == "trl" else f"**{x['step_s'] and sm['trl']['step_s'] / x['step_s']:.2f}×**"
-        rows.append([label, f"{x['step_s']:.2f} s", f"{x['generate_s']:.2f} s", f"{x['logprobs_s']:.2f} s",
+        spread = f" ({min(measured[name]):.2f}–{max(measured[name]):.2f})" if measured.get(name) else ""
+        rows.append([label, f"{x['step_s']:.2f} s{spread}", f"{x['generate_s']:.2f} s", f"{x['logprobs_s']:.2f} s",
                      f"{x['reward_s'] * 1e3:.1f} ms", f"{x['update_s']:.2f} s", f"{x['completion_tokens']:.1f}",
                      f"{x['peak_rss_mib']:,.0f} MiB", ratio])
-    lines += table(["side", "step", "generate", "log-probs", "reward", "update", "mean completion tokens",
+    lines += table(["side", "step (min–max of the measured steps)", "generate", "log-probs", "reward", "update",
+                    "mean completion tokens",
                     "peak RSS", "TRL step / ours"], rows)
     lines += ["", "What differs between the two set-ups and cannot be made equal: " + "; ".join(rl["differences"]) + "."]
     v = r["verification"]
@@ -801,7 +809,7 @@ def region_peers(res: Results) -> str:
     prov = lv["provenance_check"]
     lines += ["", f"**Verification** of the {v['responses']} real outside responses in `tests/data/external/` "
               f"(lighteval {lv['version']}, `extractive_match`: it reproduces the Saturn AIME file's own labels on "
-              f"{prov['agree']}/{prov['rows']} rows; each side in a fresh process, one warm-up call excluded):", ""]
+              f"{prov['agree']}/{prov['rows']} rows; each side in a fresh process, one warm-up call excluded{when(v)}):", ""]
     rps = v["responses_per_s"]
     lines += table(["lighteval (one process)", "ours, verify_one in one process",
                     f"ours, VerifierPool ({v['ours']['pool_workers']} workers, start included)",
@@ -814,10 +822,17 @@ def region_peers(res: Results) -> str:
              f"{d['agree']}/{d['rows']}"] for src, d in v["agreement"].items()]
     lines += [""] + table(["file", "rows", "ours correct", "lighteval correct", "the file's own labels",
                            "ours = lighteval"], rows)
+    causes: dict[str, int] = {}
+    for d in v["agreement"].values():
+        for x in d["disagree"]:
+            causes[x.get("cause", "not classified")] = causes.get(x.get("cause", "not classified"), 0) + 1
+    if causes:
+        lines += ["", "Where the two differ, each row's cause (rows listed in the results file): "
+                  + "; ".join(f"{n} × {c}" for c, n in sorted(causes.items(), key=lambda kv: -kv[1])) + "."]
     a = r["analysis"]
     lines += ["", f"**Analysis** of {a['rows']:,} samples ({a['runs']} runs): the store ({a['store_mib']:.0f} MiB) "
               f"against one JSONL file per run with pandas ({a['jsonl_mib']:.0f} MiB); each side a fresh process, "
-              "so its time includes reading the data:", ""]
+              f"so its time includes reading the data{when(a)}:", ""]
     names = {"scores": "average@n, pass@1, pass@n per data set with 95% bootstrap CIs (one run)",
              "diff": "success-set diff of two runs", "suspicious": "the run's suspicious passes"}
     rows = [[names[q], f"{x['ours_s']:.2f} s", f"{x['pandas_s']:.2f} s", f"**{x['pandas / ours']:.1f}×**",

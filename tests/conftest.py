@@ -64,20 +64,16 @@ def prefect_harness():
         yield
 
 
-@pytest.fixture(scope="session")
-def prefect_api_env(prefect_harness):
-    """The session's Prefect API in ``os.environ["PREFECT_API_URL"]``, for modules whose CLI subprocesses
-    run flows: without it each such process starts a temporary Prefect server of its own (8.4 s a flow
-    run here against < 1 s, measured). tests/test_logs.py keeps the temporary-server path users get."""
+@pytest.fixture
+def prefect_api_env(prefect_harness, monkeypatch):
+    """The session's Prefect API in ``os.environ["PREFECT_API_URL"]`` for one test, so that its CLI
+    subprocesses running flows use it: without it each such process starts a temporary Prefect server of
+    its own (8.4 s a flow run here against < 1 s, measured). Tests without it (tests/test_logs.py, the Ray
+    evaluation) keep the temporary-server path users get."""
     from prefect.settings import PREFECT_API_URL
 
-    old = os.environ.get("PREFECT_API_URL")
-    os.environ["PREFECT_API_URL"] = PREFECT_API_URL.value()
-    yield os.environ["PREFECT_API_URL"]
-    if old is None:
-        os.environ.pop("PREFECT_API_URL", None)
-    else:
-        os.environ["PREFECT_API_URL"] = old
+    monkeypatch.setenv("PREFECT_API_URL", PREFECT_API_URL.value())
+    return PREFECT_API_URL.value()
 
 
 WARM_SFT_STEPS = 300  # ~2.7 min on 2 idle cores (600 steps is the default); measured 0.165 greedy accuracy

@@ -5,6 +5,7 @@ project's environment kept free of what the peers would change in it."""
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 from pathlib import Path
 
@@ -53,6 +54,40 @@ def test_prl_core_matches_trls_own_grpo_advantages():
     zeros = torch.zeros(mask.shape)
     ours = compute_advantages(AlgorithmConfig(estimator="grpo", eps=doc["eps"]), rewards, groups, zeros, zeros, mask)
     torch.testing.assert_close(ours[:, 0], trl, rtol=0, atol=1e-5)
+
+
+LIGHTEVAL_FIXTURE = Path(__file__).parent / "data" / "peers" / "lighteval_verdicts.json"
+EXTERNAL = Path(__file__).parent / "data" / "external"
+
+
+def _make_input():
+    spec = importlib.util.spec_from_file_location("make_input", Path(__file__).parents[1] / "bench" / "peers" /
+                                                  "lighteval" / "make_input.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_our_verifier_gives_lightevals_verdicts_where_both_read_the_boxed_answer():
+    """lighteval 0.8.1's extractive_match, run once on the real outside responses and committed: on the 113
+    AIME24 and AMC responses (no answer tags: both graders read the final boxed answer, the golds are
+    integers) our verifier gives the same verdict on every row; and lighteval's verdicts are the Saturn
+    file's own labels on its 30 rows (the right metric and release)."""
+    from prl.data.datasets import normalize_gold
+    from prl.grading.verifier import verify_one
+
+    doc = json.loads(LIGHTEVAL_FIXTURE.read_text())
+    assert doc["provenance"]["lighteval"] == "0.8.1"
+    mi = _make_input()
+    rows = mi.aime_rows(EXTERNAL / "lighteval-saturn-1.5b") + mi.amc_rows(EXTERNAL / "amc-json-deepseek-r1-distill-qwen-1.5b")
+    assert len(rows) == 113
+    dataset = {"aime24": "aime24", "amc": "amc23"}
+    ours = {r["id"]: int(verify_one(r["response"], normalize_gold(dataset[r["source"]], r["gold"])).verdict == "correct")
+            for r in rows}
+    assert ours == {r["id"]: doc["lighteval"][r["id"]] for r in rows}
+    assert 0 < sum(ours.values()) < len(ours)  # both verdicts occur: the comparison can fail
+    aime = [r["id"] for r in rows if r["source"] == "aime24"]
+    assert {i: doc["lighteval"][i] for i in aime} == {i: doc["file_labels"][i] for i in aime}
 
 
 def test_the_project_keeps_the_antlr4_runtime_math_verify_needs():

@@ -27,8 +27,11 @@ DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "
 
 
 @pytest.fixture(scope="module")
-def cli_env(prefect_api_env):
-    return {k: v for k, v in os.environ.items() if k not in DIST_VARS}
+def cli_env(prefect_harness):
+    """The CLI's environment, with the session's Prefect API (no temporary server per command)."""
+    from prefect.settings import PREFECT_API_URL
+
+    return {**{k: v for k, v in os.environ.items() if k not in DIST_VARS}, "PREFECT_API_URL": PREFECT_API_URL.value()}
 
 
 def prl(args: list[str], env: dict, timeout: int = 900) -> subprocess.CompletedProcess:
