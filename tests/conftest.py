@@ -88,13 +88,16 @@ def _warm_sft():
 WARM_SFT = _warm_sft()
 
 # The warm start is the session's heaviest fixture (~165 s of CPU) and the suite keeps the 2 cores only
-# half busy on average (user time ~1.1x wall time, measured): when a collected test needs it, it is
+# partly busy (user time 1.2x wall time on 2 cores, measured): when a collected test needs it, it is
 # built in a background process from the start of the session and the fixture waits for it there.
+# At the lowest priority (nice 19), so it takes the cycles the tests leave idle instead of slowing
+# the test beside it (a training fault test took 36 s alone and 174-233 s beside it at nice 0).
 # The same function, config, seed and thread count as in-process, so the same weights (SFT is
 # bit-reproducible given those, tests/test_reproducibility.py); PRL_TEST_WARM_INLINE=1 builds it
 # in-process instead.
 _WARM_CODE = """
-import json, sys
+import json, os, sys
+os.nice(19)
 from pathlib import Path
 from prl.models.tiny import build_tiny
 from prl.training.config import SFTConfig
