@@ -25,6 +25,8 @@ class PipelineConfig:
     """One seed for data, model, warm start, rollouts and evaluation sampling."""
     sft_steps: int = 600
     """Warm-start steps (~4 min on 2 cores)."""
+    sft_eval_size: int = SFTConfig.eval_size
+    """Held-out problems the warm start is scored on, greedy before and greedy and sampled after (``SFTConfig.eval_size``)."""
     direct_frac: float = 0.5
     """Share of warm-start training solutions written without the working (``SFTConfig.direct_frac``): the
     warm start then answers about half the problems directly, mostly wrongly on multi-step ones, and RL has
@@ -79,7 +81,7 @@ class PipelineConfig:
 
 def small(out_dir: str, **overrides: Any) -> PipelineConfig:
     """A seconds-scale budget for tests: the same flow, tiny numbers."""
-    base = PipelineConfig(out_dir=out_dir, sft_steps=60, train_steps=3, prompts_per_step=4, n_samples=4,
+    base = PipelineConfig(out_dir=out_dir, sft_steps=60, sft_eval_size=40, train_steps=3, prompts_per_step=4, n_samples=4,
                           eval_n=2, synth_limit=12, bench_limit=2, max_tokens=48,
                           updates_per_step=2)
     return replace(base, **overrides)

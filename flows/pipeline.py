@@ -71,12 +71,14 @@ def build_model(cfg: PipelineConfig) -> str:
     return str(path)
 
 
-@task(name="warm-start", cache_key_fn=_inputs_key("seed", "sft_steps", "direct_frac"), persist_result=True)
+@task(name="warm-start", cache_key_fn=_inputs_key("seed", "sft_steps", "sft_eval_size", "direct_frac"),
+      persist_result=True)
 def warm_start(cfg: PipelineConfig, model: str) -> str:
     from prl.training.sft import SFTConfig, run_sft
 
     out = Path(cfg.out_dir) / "models" / "tiny-sft"
-    report = run_sft(model, out, SFTConfig(steps=cfg.sft_steps, seed=cfg.seed, direct_frac=cfg.direct_frac), log=_log)
+    report = run_sft(model, out, SFTConfig(steps=cfg.sft_steps, eval_size=cfg.sft_eval_size, seed=cfg.seed,
+                                          direct_frac=cfg.direct_frac), log=_log)
     _log(f"warm start: held-out accuracy greedy {report['accuracy_after_greedy']:.3f}, "
          f"sampled {report['accuracy_after_sampled']:.3f}")
     return str(out)

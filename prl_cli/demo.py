@@ -31,7 +31,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return main_args(args)
 
 
-OPTIONS = ("out_dir", "db", "seed", "sft_steps", "direct_frac", "train_steps", "prompts_per_step", "n_samples", "lr",
+OPTIONS = ("out_dir", "db", "seed", "sft_steps", "sft_eval_size", "direct_frac", "train_steps", "prompts_per_step", "n_samples", "lr",
            "updates_per_step", "eta", "max_tokens", "eval_n", "synth_limit", "bench_limit", "engine",
            "eval_task_runner")
 """The PipelineConfig fields `prl demo` exposes (flags, defaults and help come from the fields)."""

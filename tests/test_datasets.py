@@ -112,3 +112,16 @@ def test_parquet_and_synthetic(tmp_path):
     assert problems[0].problem_id == "p/7" and problems[0].gold_normalized == "5"
     synth, _ = load_dataset("synth_test")
     assert len(synth) == 400 and synth[0].meta["level"] == 1
+
+
+def test_an_evaluation_flags_the_golds_of_the_problems_it_uses():
+    """``load_problems`` parses only the golds of the slice a run evaluates, with the same flags as the
+    whole file's."""
+    from prl.evaluation.config import EvalConfig
+    from prl.evaluation.steps import load_problems
+
+    whole, _ = load_dataset("minerva_math")
+    cfg = EvalConfig(model="unused", datasets=("minerva_math:40", "amc23:3"), n=1, db="unused.duckdb")
+    sliced = load_problems(cfg, log=lambda *_: None)
+    assert [p.meta for p in sliced[:40]] == [p.meta for p in whole[:40]]
+    assert sliced[27].meta["gold_flag"] == "raw_only" and sliced[38].meta["gold_raw_only"]

@@ -12,7 +12,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from prl.data.datasets import DATASETS, DatasetError, Problem, load_dataset
+from prl.data.datasets import DATASETS, DatasetError, Problem, flag_golds, load_dataset
 from prl.evaluation.config import EvalConfig, EvalError, split_spec
 from prl.generation.engines import Engine, SamplingConfig, check_model_dir, make_engine
 from prl.generation.prompts import SYSTEM_PROMPT, USER_SUFFIX
@@ -28,7 +28,7 @@ def load_problems(cfg: EvalConfig, log: Callable[[str], None] = print) -> list[P
     for spec in cfg.datasets:
         name, k = split_spec(spec)
         k = k or cfg.limit
-        found, skipped = load_dataset(name, strict=cfg.strict)
+        found, skipped = load_dataset(name, strict=cfg.strict, flag_raw_only=False)
         if name not in DATASETS and found:
             register_fit_index(found[0].dataset, found)  # suspicious passes of a user file: fit among its problems
         if skipped:
@@ -36,7 +36,7 @@ def load_problems(cfg: EvalConfig, log: Callable[[str], None] = print) -> list[P
                 + (" …" if len(skipped) > 3 else ""))
         if not found:
             raise DatasetError(f"{name}: no usable problems")
-        problems.extend(found[:k] if k else found)
+        problems.extend(flag_golds(found[:k] if k else found))  # only the golds this run uses are parsed
     keys = [(p.dataset, p.problem_id) for p in problems]
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
