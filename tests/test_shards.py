@@ -125,7 +125,7 @@ def test_sharded_run_stores_the_same_samples_as_the_chunked_run_and_resumes_from
 # ─── the Ray task runner, for real: a 2-CPU local Ray runtime under Prefect ───────────────────
 
 @pytest.mark.e2e
-def test_prl_eval_on_a_local_ray_runtime_matches_the_in_process_run(tiny_model_dir, tmp_path):
+def test_prl_eval_on_a_local_ray_runtime_matches_the_in_process_run(tiny_model_dir, tmp_path, prefect_harness):
     """`prl eval --task-runner ray --ray-cpus 2`: shards run as Prefect tasks in Ray workers, write
     Parquet files, and the driver stores them; the samples equal an in-process run's."""
     db, ref_db = tmp_path / "ray.duckdb", tmp_path / "ref.duckdb"
@@ -144,8 +144,12 @@ def test_prl_eval_on_a_local_ray_runtime_matches_the_in_process_run(tiny_model_d
     assert said.count("Starting temporary server") == 1  # the workers report to the driver's server
     assert len(leftover_shards(tmp_path / "shards" / "r")) == 2
 
+    from prefect.settings import PREFECT_API_URL
+
+    # the in-process reference on the session's Prefect API (the temporary server is under test above)
     ref = subprocess.run([sys.executable, "-m", "prl_cli", "eval", *args, "--db", str(ref_db)], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=600)
+                         env={**env, "PREFECT_API_URL": PREFECT_API_URL.value()}, capture_output=True, text=True,
+                         timeout=600)
     assert ref.returncode == 0, ref.stderr[-3000:]
     assert _samples(db, "r") == _samples(ref_db, "r") and len(_samples(db, "r")) == 32
     assert Store(db, create=False).rows("get_run", run_id="r")[0][4] == "finished"
