@@ -845,17 +845,50 @@ def region_peers(res: Results) -> str:
     return "\n".join(lines)
 
 
+def suite_line(r: dict) -> str:
+    c = r["counts"]
+    failed = c["failures"] + c["errors"]
+    return (f"`{r['command']}`{' (a partial run)' if r['partial'] else ''}: {c['passed']} passed"
+            + (f", **{failed} failed**" if failed else "") + f", {c['skipped']} skipped in **{duration(r['seconds'])}** "
+            f"(target ≤ {duration(r['target_s'])}: {met(r['within_target'] and not r['partial'])}), "
+            f"on {machine_detail(r['machine'])}")
+
+
+def region_suite_time(res: Results) -> str:
+    r = res.get("suite")
+    if r is None:
+        return missing("suite", "python bench/suite.py")
+    return (f"The suite: {suite_line(r)}. Machines of this kind differ up to ~3× in speed; "
+            "`python bench/suite.py` re-measures it (bench/RESULTS.md lists the slowest tests).")
+
+
+def region_suite(res: Results) -> str:
+    r = res.get("suite")
+    if r is None:
+        return missing("suite", "python bench/suite.py")
+    cpu = r["cpu_user_s"] + r["cpu_sys_s"]
+    cores = (r["machine"] or {}).get("affinity_cores") or (r["machine"] or {}).get("cores") or 1
+    lines = [suite_line(r) + ".", "",
+             f"CPU time of the suite's processes: {duration(r['cpu_user_s'])} user + {duration(r['cpu_sys_s'])} system "
+             f"= {cpu / (r['seconds'] * cores):.0%} of {cores} cores over the wall time. "
+             f"Test time (setup + call + teardown, summed): {duration(r['test_seconds'])}.", ""]
+    lines += table(["slowest tests", "time"], [[f"`{t['test']}`", duration(t["seconds"])] for t in r["slowest"][:12]])
+    lines += [""]
+    lines += table(["test time by file", "time"], [[f"`{f['file']}`", duration(f["seconds"])] for f in r["by_file"][:8]])
+    return "\n".join(lines)
+
+
 REGIONS: dict[str, Callable[[Results], str]] = {
     "status": region_status, "demo": region_demo, "performance": region_performance, "reliability": region_reliability,
     "summary": region_summary, "advantages": region_advantages, "generation": region_generation, "verify": region_verify,
     "store": region_store, "store_10m": region_store_10m, "relevance": region_relevance, "external": region_external, "train_step": region_train_step,
     "dashboard": region_dashboard, "load": region_load, "faults": region_faults, "real_model": region_real_model,
-    "study": region_study, "peers": region_peers,
+    "study": region_study, "peers": region_peers, "suite": region_suite, "suite_time": region_suite_time,
 }
 EXPECTED = {
-    "README.md": ("status", "demo", "performance", "reliability", "external", "study"),
+    "README.md": ("suite_time", "status", "demo", "performance", "reliability", "external", "study"),
     "bench/RESULTS.md": ("summary", "advantages", "generation", "real_model", "verify", "store", "store_10m", "relevance",
-                         "external", "train_step", "dashboard", "load", "faults", "study", "peers"),
+                         "external", "train_step", "dashboard", "load", "faults", "study", "peers", "suite"),
 }
 
 REGION_RE = re.compile(r"<!-- figures:(?P<name>[a-z][a-z0-9_-]*) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)

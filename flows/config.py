@@ -81,7 +81,7 @@ class PipelineConfig:
 
 def small(out_dir: str, **overrides: Any) -> PipelineConfig:
     """A seconds-scale budget for tests: the same flow, tiny numbers."""
-    base = PipelineConfig(out_dir=out_dir, sft_steps=60, sft_eval_size=40, train_steps=3, prompts_per_step=4, n_samples=4,
+    base = PipelineConfig(out_dir=out_dir, sft_steps=30, sft_eval_size=20, train_steps=3, prompts_per_step=4, n_samples=4,
                           eval_n=2, synth_limit=12, bench_limit=2, max_tokens=48,
                           updates_per_step=2)
     return replace(base, **overrides)

@@ -200,3 +200,28 @@ def test_write_json_adds_the_machine(tmp_path, monkeypatch):
     path = common.write_json("x", {"figure": 1})
     data = json.loads(path.read_text())
     assert data["figure"] == 1 and data["machine"]["cores"] >= 1 and "steal_share" in data["machine"]
+
+
+def test_the_suite_record_reads_pytests_own_junit_report(tmp_path):
+    """bench/suite.py's counts and test ids come from a JUnit report pytest itself wrote."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        suite = _load("suite")
+    finally:
+        sys.path.remove(str(BENCH))
+    pkg = tmp_path / "tests"
+    (pkg / "faults").mkdir(parents=True)
+    (pkg / "test_a.py").write_text("import pytest\n\ndef test_ok():\n    pass\n\ndef test_bad():\n    assert False\n\n"
+                                   "@pytest.mark.skip(reason='r')\ndef test_skipped():\n    pass\n\n"
+                                   "class TestGroup:\n    def test_in_class(self):\n        pass\n")
+    (pkg / "faults" / "test_b.py").write_text("import time\n\ndef test_slow():\n    time.sleep(0.3)\n")
+    junit = tmp_path / "junit.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                    f"--rootdir={tmp_path}", f"--junitxml={junit}", "tests"], cwd=tmp_path, capture_output=True,
+                   timeout=120)
+    counts, cases = suite.parse_junit(junit)
+    assert counts == {"tests": 5, "failures": 1, "errors": 0, "skipped": 1, "passed": 3}
+    ids = dict(cases)
+    assert set(ids) == {"tests/test_a.py::test_ok", "tests/test_a.py::test_bad", "tests/test_a.py::test_skipped",
+                        "tests/test_a.py::TestGroup::test_in_class", "tests/faults/test_b.py::test_slow"}
+    assert max(ids, key=ids.get) == "tests/faults/test_b.py::test_slow"

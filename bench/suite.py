@@ -1,0 +1,103 @@
+"""The test suite's wall time on this machine, as CI runs it (issue 14: at most 20 min here, because
+CI's machines of this kind run up to ~3x slower and CI stops at 90 min).
+
+    python bench/suite.py              # `.venv/bin/python -m pytest`, then bench/results/suite.json
+    python bench/suite.py -- -k store  # extra pytest arguments: recorded, and the run is marked partial
+
+Records the wall time, the children's CPU time (user, system), the counts, the slowest tests (setup,
+call and teardown together, from pytest's JUnit XML) and the test time per file, beside the machine.
+Run it on an otherwise idle machine: anything else running slows the suite and the figure says so
+only through the CPU time. RESULTS.md and README.md render it (bench/render.py, region ``suite``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from common import machine_info, render_all, write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_S = 20 * 60
+"""Issue 14's bound for the whole suite on a development machine (2 cores)."""
+
+
+def python() -> str:
+    venv = ROOT / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def parse_junit(path: Path) -> tuple[dict[str, int], list[tuple[str, float]]]:
+    """(counts, [(test id, seconds)]) from pytest's JUnit XML (``time`` = setup + call + teardown)."""
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    cases: list[tuple[str, float]] = []
+    for s in suites:
+        for k in counts:
+            counts[k] += int(s.get(k, 0))
+        for case in s.iter("testcase"):
+            module = case.get("classname", "")
+            file = module.split(".")
+            # classname is "tests.test_x" or "tests.test_x.TestClass": the file is the first part that starts with test_
+            n = next((i for i, part in enumerate(file) if part.startswith("test_")), len(file) - 1)
+            test_id = "/".join(file[: n + 1]) + ".py::" + "::".join(file[n + 1:] + [case.get("name", "")])
+            cases.append((test_id, float(case.get("time", 0.0))))
+    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    return counts, cases
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --); the run is then partial")
+    args = ap.parse_args(argv)
+    machine = machine_info()  # before the run: the steal share of an idle machine
+    with tempfile.TemporaryDirectory() as tmp:
+        junit = Path(tmp) / "junit.xml"
+        cmd = [python(), "-m", "pytest", "-q", f"--junitxml={junit}", *args.pytest_args]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        rc = subprocess.run(cmd, cwd=ROOT, env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}).returncode
+        seconds = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if not junit.exists():
+            print(f"pytest wrote no report (exit {rc}); nothing recorded", file=sys.stderr)
+            return rc or 1
+        counts, cases = parse_junit(junit)
+    by_file: dict[str, float] = {}
+    for test_id, s in cases:
+        f = test_id.split("::", 1)[0]
+        by_file[f] = by_file.get(f, 0.0) + s
+    slowest = sorted(cases, key=lambda c: -c[1])[:15]
+    doc = {
+        "machine": machine,
+        "command": "python -m pytest" + "".join(f" {a}" for a in args.pytest_args),
+        "partial": bool(args.pytest_args),
+        "returncode": rc,
+        "seconds": round(seconds, 1),
+        "target_s": TARGET_S,
+        "within_target": seconds <= TARGET_S,
+        "cpu_user_s": round(after.ru_utime - before.ru_utime, 1),
+        "cpu_sys_s": round(after.ru_stime - before.ru_stime, 1),
+        "counts": counts,
+        "test_seconds": round(sum(s for _, s in cases), 1),
+        "slowest": [{"test": t, "seconds": round(s, 1)} for t, s in slowest],
+        "by_file": [{"file": f, "seconds": round(s, 1)}
+                    for f, s in sorted(by_file.items(), key=lambda kv: -kv[1])[:12]],
+    }
+    path = write_json("suite", doc)
+    print(f"suite: {counts['passed']} passed, {counts['failures'] + counts['errors']} failed, {counts['skipped']} "
+          f"skipped in {seconds / 60:.1f} min (target {TARGET_S // 60} min) -> {path}")
+    render_all()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
