@@ -1,6 +1,5 @@
 import os
 import tempfile
-from pathlib import Path
 
 import pytest
 import torch
@@ -88,17 +87,17 @@ def _warm_sft():
 
 WARM_SFT = _warm_sft()
 
-# The session's two heaviest fixtures, the warm start (~165 s of CPU) and the `prl demo --small` run
-# (~100 s), are built in background processes from collection on when a collected test needs them:
-# the suite keeps the 2 cores only partly busy (CPU time ~68% of 2 cores over the wall time,
-# bench/results/suite.json). At the lowest priority (nice 19, inherited by their children), so they
-# take the cycles the tests leave idle instead of slowing the test beside them (a training fault
-# test took 36 s alone and 174-233 s beside the warm start at nice 0); the demo's test runs last,
-# when its run is done. The warm start is the same function, config, seed and thread count as
-# in-process, so the same weights (SFT is bit-reproducible given those,
-# tests/test_reproducibility.py). PRL_TEST_WARM_INLINE=1 builds both in the test instead.
+# The warm start is the session's heaviest fixture (~165 s of CPU) and the suite keeps the 2 cores only
+# partly busy (user time 1.2x wall time on 2 cores, measured): when a collected test needs it, it is
+# built in a background process from the start of the session and the fixture waits for it there.
+# At the lowest priority (nice 19), so it takes the cycles the tests leave idle instead of slowing
+# the test beside it (a training fault test took 36 s alone and 174-233 s beside it at nice 0).
+# The same function, config, seed and thread count as in-process, so the same weights (SFT is
+# bit-reproducible given those, tests/test_reproducibility.py); PRL_TEST_WARM_INLINE=1 builds it
+# in-process instead.
 _WARM_CODE = """
-import json, sys
+import json, os, sys
+os.nice(19)
 from pathlib import Path
 from prl.models.tiny import build_tiny
 from prl.training.config import SFTConfig
@@ -107,93 +106,36 @@ base = Path(sys.argv[1])
 cfg = SFTConfig(**json.loads(sys.argv[2]))
 run_sft(build_tiny(base / "tiny", seed=0), base / "model", cfg, log=print)
 """
-DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
-DEMO_TEST = "tests/test_demo.py"
-_BG: dict[str, dict] = {}
-
-
-def demo_command(out) -> list[str]:
-    """`prl demo --small` into ``out`` (what tests/test_demo.py checks)."""
-    import sys
-
-    return [sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--no-progress"]
-
-
-def _start_background(name: str, cmd_of, env: dict, **env_of) -> None:
-    """Start ``cmd_of(base)`` in a new directory ``base``, with ``env`` and each ``env_of[k](base)``."""
-    import subprocess
-    from pathlib import Path
-
-    base = Path(tempfile.mkdtemp(prefix=f"prl-test-{name}-"))
-    out, err = (base / "stdout.log").open("w"), (base / "stderr.log").open("w")
-    env = {**env, **{k: str(f(base)) for k, f in env_of.items()}}
-    proc = subprocess.Popen(cmd_of(base), stdout=out, stderr=err, env=env, cwd=Path(__file__).resolve().parents[1],
-                            start_new_session=True, preexec_fn=lambda: os.nice(19))
-    _BG[name] = {"proc": proc, "base": base, "files": (out, err)}
-
-
-def _wait_background(name: str) -> tuple[Path, int, str, str]:
-    """(its directory, exit status, stdout, stderr) of a background build, once it has ended."""
-    bg = _BG[name]
-    rc = bg["proc"].wait()
-    for f in bg["files"]:
-        f.close()
-    base = bg["base"]
-    return base, rc, (base / "stdout.log").read_text(), (base / "stderr.log").read_text()
-
-
-def pytest_collection_modifyitems(session, config, items):
-    items.sort(key=lambda item: item.nodeid.startswith(DEMO_TEST))  # stable: the demo's test last, the rest as collected
+_WARM_BG: dict = {}
 
 
 def pytest_collection_finish(session):
     if os.environ.get("PRL_TEST_WARM_INLINE") or session.config.option.collectonly:
         return
+    if not any("warm_model" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
     import dataclasses
     import json
+    import subprocess
     import sys
+    from pathlib import Path
 
-    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
-    if any("warm_model" in getattr(item, "fixturenames", ()) for item in session.items):
-        _start_background("warm", lambda base: [sys.executable, "-c", _WARM_CODE, str(base),
-                                                 json.dumps(dataclasses.asdict(WARM_SFT))],
-                          {**env, "OMP_WAIT_POLICY": "PASSIVE"})
-    if any("small_demo" in getattr(item, "fixturenames", ()) for item in session.items):
-        # its own Prefect home: its temporary server must not share a database with the tests' ones
-        _start_background("demo", lambda base: demo_command(base / "demo"), env,
-                          PREFECT_HOME=lambda base: base / "prefect-home")
+    base = Path(tempfile.mkdtemp(prefix="prl-test-warm-"))
+    log = (base / "sft.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-c", _WARM_CODE, str(base), json.dumps(dataclasses.asdict(WARM_SFT))],
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+    _WARM_BG.update(proc=proc, base=base, log=log)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    import shutil
-    import signal
+    proc = _WARM_BG.get("proc")
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if "base" in _WARM_BG:
+        import shutil
 
-    for bg in _BG.values():
-        proc = bg["proc"]
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # the build and everything it started
-            proc.wait()
-        for f in bg["files"]:
-            f.close()
-        shutil.rmtree(bg["base"], ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def small_demo(tmp_path_factory, request):
-    """(output directory, exit status, stdout, stderr) of one `prl demo --small` run, once per session
-    (from the background run started at collection, or run here on the session's Prefect API)."""
-    import subprocess
-
-    if "demo" not in _BG:
-        from prefect.settings import PREFECT_API_URL
-
-        request.getfixturevalue("prefect_harness")
-        out = tmp_path_factory.mktemp("demo") / "demo"
-        env = {**{k: v for k, v in os.environ.items() if k not in DIST_VARS}, "PREFECT_API_URL": PREFECT_API_URL.value()}
-        r = subprocess.run(demo_command(out), env=env, capture_output=True, text=True, timeout=850)
-        return out, r.returncode, r.stdout, r.stderr
-    base, rc, stdout, stderr = _wait_background("demo")
-    return base / "demo", rc, stdout, stderr
+        shutil.rmtree(_WARM_BG["base"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -202,12 +144,14 @@ def warm_model(tiny_model_dir, tmp_path_factory):
     (from the background build started at collection, or in-process)."""
     import json
 
-    if "warm" not in _BG:
+    if "proc" not in _WARM_BG:
         from prl.training.sft import run_sft
 
         out = tmp_path_factory.mktemp("sft") / "model"
         return out, run_sft(tiny_model_dir, out, WARM_SFT, log=lambda *_: None)
-    base, rc, stdout, stderr = _wait_background("warm")
+    rc = _WARM_BG["proc"].wait()
+    _WARM_BG["log"].close()
+    base = _WARM_BG["base"]
     if rc != 0:
-        pytest.fail(f"the background warm start failed (exit {rc}):\n{(stdout + stderr)[-3000:]}")
+        pytest.fail(f"the background warm start failed (exit {rc}):\n{(base / 'sft.log').read_text()[-3000:]}")
     return base / "model", json.loads((base / "model" / "sft_report.json").read_text())
