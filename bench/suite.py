@@ -7,7 +7,8 @@ CI's machines of this kind run up to ~3x slower and CI stops at 90 min).
 Records the wall time, the children's CPU time (user, system), the counts, the slowest tests (setup,
 call and teardown together, from pytest's JUnit XML) and the test time per file, beside the machine.
 Run it on an otherwise idle machine: anything else running slows the suite and the figure says so
-only through the CPU time. RESULTS.md and README.md render it (bench/render.py, region ``suite``).
+only through the CPU time. RESULTS.md and README.md render it (bench/render.py, regions ``suite`` and
+``suite_time``).
 """
 
 from __future__ import annotations
