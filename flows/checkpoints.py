@@ -30,7 +30,8 @@ from prl.training import checkpoints as ckpt
 def checkpoint_eval_config(record: dict[str, Any], *, datasets: list[str] | None = None, n: int | None = None,
                            limit: int | None = None, db: str | None = None, engine: str | None = None) -> EvalConfig:
     """The evaluation of one export: the training run's evaluation settings unless overridden, the run id and
-    sampling of the trainer's own evaluation of that step (so both resume one run)."""
+    sampling of the trainer's own evaluation of that step (so both resume one run); the dtype is the export's
+    own (EvalConfig's 'auto': the export's config.json, which records the dtype the trainer held), as there."""
     ev = record.get("eval") or {}
     chosen = list(datasets or ev.get("datasets") or [])
     if not chosen:

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from prl.evaluation.config import TASK_RUNNERS, EvalConfig
+from prl.evaluation.config import EVAL_DTYPES, TASK_RUNNERS, EvalConfig
 from prl.evaluation.steps import preflight
 from prl.generation.engines.base import ENGINE_KINDS
 from prl import logs
@@ -16,7 +16,7 @@ from prl.options import add_config_arguments, config_kwargs
 
 
 OPTIONS = ("model", "datasets", "n", "db", "run_id", "engine", "limit", "max_tokens", "temperature", "top_p", "seed",
-           "chunk_problems", "verifier_workers", "max_model_len", "strict", "task_runner", "shard_problems",
+           "chunk_problems", "verifier_workers", "dtype", "max_model_len", "strict", "task_runner", "shard_problems",
            "shard_dir", "ray_address", "ray_cpus")
 """The EvalConfig fields `prl eval` exposes (flags, defaults and help come from the fields)."""
 
@@ -59,6 +59,12 @@ Resumable: the same command (the run id is derived from model and sampling setti
 problems already stored and finishes the rest; a killed run loses at most the chunk in flight.
 Resuming an existing --run-id with other sampling settings is refused.
 
+Precision: --dtype auto (the default) evaluates in the checkpoint's own dtype, the `dtype` (or,
+in older files, `torch_dtype`) of its config.json, float32 when it names none: bfloat16 for the
+Qwen2.5-Math checkpoints, float32 for the tiny model. It is resolved before the run id is derived,
+so the run id and the manifest hold the concrete dtype (--dtype float32 on a float32 model is the
+same run). --dtype float32|bfloat16|float16 overrides it.
+
 Data sets: math500, minerva_math, olympiad_bench, aime24, amc23 (bundled), synth_test (the
 synthetic task's held-out split), or paths to .jsonl/.parquet files with problem and answer.
 
@@ -76,6 +82,6 @@ examples:
   prl report --db runs/store.duckdb
 """)
     add_config_arguments(p, EvalConfig, OPTIONS, required=("model",), aliases={"chunk_problems": ("--chunk",)},
-                         choices={"engine": ENGINE_KINDS, "task_runner": TASK_RUNNERS}, negate={"strict": ("--lenient", "skip bad rows of user data files (counted) instead of failing")})
+                         choices={"engine": ENGINE_KINDS, "task_runner": TASK_RUNNERS, "dtype": EVAL_DTYPES}, negate={"strict": ("--lenient", "skip bad rows of user data files (counted) instead of failing")})
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_eval)

@@ -128,7 +128,8 @@ def test_given_options_reach_the_config():
     from prl_cli.main import build_parser
 
     args = build_parser().parse_args(["eval", "--model", "m", "--datasets", "amc23,math500:5", "--chunk", "4",
-                                      "--lenient", "--n", "3"])
+                                      "--lenient", "--n", "3", "--dtype", "bfloat16"])
     assert (args.datasets, args.chunk_problems, args.strict, args.n) == (("amc23", "math500:5"), 4, False, 3)
+    assert args.dtype == "bfloat16" and build_parser().parse_args(["eval", "--model", "m"]).dtype == "auto"
     cfg = demo_config(build_parser().parse_args(["demo", "--small", "--out", "x", "--engine", "hf", "--eta", "5"]))
     assert (cfg.out_dir, cfg.engine, cfg.eta, cfg.train_steps) == ("x", "hf", 5.0, 3)  # --small's budget, overridden

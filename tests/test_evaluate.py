@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,90 @@ def test_run_id_is_stable_for_the_same_settings(tmp_path):
     a = EvalConfig(model=str(tmp_path), datasets=("amc23",))
     assert a.resolved_run_id() == EvalConfig(model=str(tmp_path), datasets=("math500",), limit=3).resolved_run_id()
     assert a.resolved_run_id() != EvalConfig(model=str(tmp_path), datasets=("amc23",), seed=1).resolved_run_id()
+
+
+def _with_dtype(model_dir, out, **entries) -> Path:
+    """A copy of ``model_dir`` whose config.json names only ``entries`` of dtype / torch_dtype (none: neither)."""
+    shutil.copytree(model_dir, out)
+    config = json.loads((out / "config.json").read_text())
+    for key in ("dtype", "torch_dtype"):
+        config.pop(key, None)
+    (out / "config.json").write_text(json.dumps({**config, **entries}))
+    return out
+
+
+def test_dtype_auto_is_the_checkpoints_own_resolved_when_the_config_is_made(tiny_model_dir, tmp_path):
+    assert EvalConfig(model=str(tiny_model_dir), datasets=("synth_test",)).dtype == "float32"  # the tiny model's own
+    bf16 = _with_dtype(tiny_model_dir, tmp_path / "bf16", dtype="bfloat16")
+    assert EvalConfig(model=str(bf16)).dtype == "bfloat16"
+    assert EvalConfig(model=str(bf16), dtype="auto").to_dict()["dtype"] == "bfloat16"
+    assert EvalConfig(model=str(bf16), dtype="float32").dtype == "float32"  # an explicit dtype wins
+    assert EvalConfig(model=str(bf16), dtype="float16").identity()["dtype"] == "float16"
+    older = _with_dtype(tiny_model_dir, tmp_path / "older", torch_dtype="bfloat16")  # files before transformers 4.56
+    assert EvalConfig(model=str(older)).dtype == "bfloat16"
+    assert EvalConfig(model=str(_with_dtype(tiny_model_dir, tmp_path / "none"))).dtype == "float32"
+    assert EvalConfig(model=str(_with_dtype(tiny_model_dir, tmp_path / "null", dtype=None))).dtype == "float32"
+    assert EvalConfig(model=str(tmp_path / "absent")).dtype == "float32"  # the model checks report the directory
+    resolved = EvalConfig(model=str(bf16))
+    assert EvalConfig(**resolved.__dict__) == resolved  # a resolved config rebuilds unchanged (resumes, shards)
+    odd = _with_dtype(tiny_model_dir, tmp_path / "f64", torch_dtype="float64")
+    with pytest.raises(EvalError, match=r"^dtype: .*config.json says torch_dtype 'float64'.*pass --dtype"):
+        EvalConfig(model=str(odd))
+    assert EvalConfig(model=str(odd), dtype="float32").dtype == "float32"
+    with pytest.raises(EvalError, match=r"^dtype: expected one of auto, float32, bfloat16, float16, got 'fp16'"):
+        EvalConfig(model=str(bf16), dtype="fp16")
+    # the resolved dtype is what the run id hashes: a float32 model's default run id is the float32 one it always had
+    base = dict(datasets=("synth_test",), n=1)
+    assert (EvalConfig(model=str(tiny_model_dir), **base).resolved_run_id()
+            == EvalConfig(model=str(tiny_model_dir), dtype="float32", **base).resolved_run_id())
+    assert (EvalConfig(model=str(bf16), **base).resolved_run_id()
+            == EvalConfig(model=str(bf16), dtype="bfloat16", **base).resolved_run_id()
+            != EvalConfig(model=str(bf16), dtype="float32", **base).resolved_run_id())
+
+
+def _prl_eval(capsys, model, db, *extra) -> dict:
+    """`prl eval` in this process (its flow on the session's Prefect API); the summary it prints."""
+    from prl_cli.main import main
+
+    capsys.readouterr()
+    rc = main(["eval", "--model", str(model), "--datasets", "synth_test", "--limit", "2", "--n", "1", "--max-tokens",
+               "8", "--engine", "hf", "--verifier-workers", "1", "--db", str(db), "--no-progress", *extra])
+    out = capsys.readouterr()
+    assert rc == 0, out.err[-3000:]
+    return json.loads(out.out)
+
+
+def _stored_dtypes(db, run_id) -> tuple[str, str, str]:
+    """(the run's config dtype, its manifest's config dtype, the dtype its manifest's engine ran in)."""
+    [row] = Store(db, create=False).rows("get_run", run_id=run_id)
+    config, manifest = json.loads(row[5]), json.loads(row[6])
+    return config["dtype"], manifest["config"]["dtype"], manifest["engine"]["dtype"]
+
+
+def test_prl_eval_runs_a_bf16_checkpoint_in_bf16_and_a_float32_one_under_its_old_run_id(tiny_model_dir, tmp_path,
+                                                                                        prefect_harness, capsys):
+    """`prl eval` end to end: a checkpoint whose config.json says bfloat16 is generated in bfloat16 and stored so;
+    --dtype overrides; a float32 model's default run is the --dtype float32 run (the second command resumes it)."""
+    db = tmp_path / "store.duckdb"
+    bf16 = _with_dtype(tiny_model_dir, tmp_path / "bf16", dtype="bfloat16")
+    auto = _prl_eval(capsys, bf16, db)
+    assert auto["samples_added"] == 2
+    assert _stored_dtypes(db, auto["run_id"]) == ("bfloat16", "bfloat16", "bfloat16")
+    forced = _prl_eval(capsys, bf16, db, "--dtype", "float32")
+    assert forced["run_id"] != auto["run_id"] and forced["samples_added"] == 2
+    assert _stored_dtypes(db, forced["run_id"]) == ("float32", "float32", "float32")
+    from prl.evaluation.steps import preflight
+
+    with pytest.raises(EvalError, match=r"dtype 'bfloat16' → 'float32'.*--dtype bfloat16 resumes this run"):
+        preflight(EvalConfig(model=str(bf16), datasets=("synth_test",), n=1, max_tokens=8, engine="hf", db=str(db),
+                             run_id=auto["run_id"], dtype="float32"))
+
+    f32 = _prl_eval(capsys, tiny_model_dir, db)
+    assert f32["run_id"] == EvalConfig(model=str(tiny_model_dir), datasets=("synth_test",), n=1, max_tokens=8,
+                                       engine="hf", dtype="float32").resolved_run_id()
+    again = _prl_eval(capsys, tiny_model_dir, db, "--dtype", "float32")
+    assert again["run_id"] == f32["run_id"] and again["samples_added"] == 0 and again["skipped_complete"] == 2
+    assert _stored_dtypes(db, f32["run_id"]) == ("float32", "float32", "float32")
 
 
 def _counts(db, run_id):

@@ -9,10 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from prl.data.datasets import DATASETS
-from prl.generation.engines.base import ENGINE_KINDS, SamplingConfig
+from prl.generation.engines.base import ENGINE_KINDS, EngineError, SamplingConfig, read_model_config
 from prl.store.db import DEFAULT_STORE
 
 TASK_RUNNERS = ("local", "ray")
+MODEL_DTYPES = ("float32", "bfloat16", "float16")
+"""The dtypes an evaluation generates in (``EvalConfig.dtype`` after resolution)."""
+EVAL_DTYPES = ("auto", *MODEL_DTYPES)
+"""What ``EvalConfig.dtype`` (``prl eval --dtype``) accepts: 'auto' is the checkpoint's own."""
 
 
 class EvalError(ValueError):
@@ -53,8 +57,10 @@ class EvalConfig:
     """Math-Verify's own timeout per call (integer seconds); the hard wall-clock kill is 3× this."""
     strict: bool = True
     """Refuse user data files with bad rows (False: skip them and report how many)."""
-    dtype: str = "float32"
-    """Model dtype for generation."""
+    dtype: str = "auto"
+    """Model dtype for generation: 'auto' is the checkpoint's own (its config.json's `dtype`, or `torch_dtype` in
+    older files; float32 when it names none), resolved when the config is made, before the run id, manifest and
+    engine use it; float32, bfloat16 or float16 override it."""
     max_model_len: int | None = None
     """Context length for the engine (default: the model's)."""
     parent_run_id: str | None = None
@@ -119,6 +125,10 @@ class EvalConfig:
             fail("shard_cpus", f"expected a number > 0, got {self.shard_cpus!r}")
         if (self.parent_run_id is None) != (self.train_step is None):
             fail("train_step", "give parent_run_id and train_step together (an evaluation of a training checkpoint)")
+        if self.dtype not in EVAL_DTYPES:
+            fail("dtype", f"expected one of {', '.join(EVAL_DTYPES)}, got {self.dtype!r}")
+        if self.dtype == "auto":  # concrete before anything reads it: the run id, the manifest, the engine
+            object.__setattr__(self, "dtype", model_dtype(self.model))
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(n=self.n, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens,
@@ -150,6 +160,30 @@ def split_spec(spec: str) -> tuple[str, int | None]:
     if sep and k.isdigit() and int(k) > 0 and name:
         return name, int(k)
     return spec, None
+
+
+def model_dtype(model_dir: str | Path) -> str:
+    """The dtype a model directory's config.json names (``dtype``; ``torch_dtype`` in files written before
+    transformers 4.56), or float32 when it names none. A directory without a readable config.json also gives
+    float32: the model checks that run before any engine starts report what is wrong with it."""
+    try:
+        config = read_model_config(model_dir)
+    except (EngineError, OSError):
+        return "float32"
+    if not isinstance(config, dict):
+        return "float32"
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    for where in (config, text):
+        for key in ("dtype", "torch_dtype"):
+            value = where.get(key)
+            if value is None:
+                continue
+            name = str(value).removeprefix("torch.")
+            if name not in MODEL_DTYPES:
+                raise EvalError(f"dtype: {Path(model_dir) / 'config.json'} says {key} {value!r}, which evaluation "
+                                f"does not run in; pass --dtype ({', '.join(MODEL_DTYPES)})")
+            return name
+    return "float32"
 
 
 def model_fingerprint(model_dir: str | Path) -> str | None:

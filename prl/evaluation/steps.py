@@ -75,8 +75,10 @@ def check_resumable(store: Store, cfg: EvalConfig) -> list[tuple]:
         diff = {k: (old[k], v) for k, v in cfg.identity().items() if old[k] != v}
         if diff:
             changes = ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in diff.items())
+            hint = (f" (--dtype auto is the checkpoint's own dtype; --dtype {diff['dtype'][0]} resumes this run)"
+                    if "dtype" in diff and diff["dtype"][0] else "")
             raise EvalError(f"run_id: {run_id!r} already exists in {cfg.db} with other settings ({changes}); "
-                            "resume it with the same settings or choose another --run-id")
+                            f"resume it with the same settings or choose another --run-id{hint}")
     return existing
 
 
