@@ -7,7 +7,10 @@ reads them as something to fix. :func:`configure` sends them to a log file inste
 
 * The console (stderr) keeps records from our packages (``prl``, ``prl_core``, ``flows``,
   ``prl_cli``, ``dashboard``: by logger name, or, for the Prefect run loggers our flows log
-  through, by the file that logged), and errors from anyone. With ``verbose`` it keeps everything.
+  through, by the file that logged), and errors from anyone, except a library's record of an
+  exception that the caller reports itself (``reported``: ``prl``'s one-line ``error:``
+  messages; Prefect logs the traceback of every failed flow and task run). With ``verbose`` it
+  keeps everything.
 * The log file gets every record that reaches the root logger: Prefect's own chatter, Python
   ``warnings`` (``logging.captureWarnings``), and the libraries that log through console handlers
   of their own on non-propagating loggers, which are rerouted to the root handlers: vLLM
@@ -31,6 +34,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 OUR_PACKAGES = ("prl", "prl_core", "flows", "prl_cli", "dashboard")
 _SOURCE_ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +62,8 @@ class _State:
         self.hf_progress_before: bool | None = None
         self.rerouted: list[logging.Handler] = []
         self.env_before: dict[str, str | None] = {}
+        self.reported: Callable[[BaseException], bool] | None = None
+        self.reported_lines: list[str] = []  # first lines of those seen, as later records quote them
 
 
 _state: _State | None = None
@@ -91,7 +97,35 @@ class _ConsoleFilter(logging.Filter):
         st = _state
         if st is None or st.verbose or st.file is None:
             return True
-        return record.levelno >= logging.ERROR or is_ours(record)
+        if is_ours(record):
+            return True
+        return record.levelno >= logging.ERROR and not _reported(st, record)
+
+
+def _reported(st: _State, record: logging.LogRecord) -> bool:
+    """The record carries an exception the caller reports on the console itself, or quotes one carried
+    by an earlier record (Prefect's "Finished in state Failed('... TrainingProcessFailed: ...')" after
+    the task run's traceback). It is in the log file."""
+    if st.reported is None:
+        return False
+    exc = record.exc_info[1] if isinstance(record.exc_info, tuple) else None
+    if exc is None:
+        if not st.reported_lines:
+            return False
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a record that cannot be formatted is shown as it is
+            return False
+        return any(line in message for line in st.reported_lines)
+    try:
+        if not st.reported(exc):
+            return False
+    except Exception:  # noqa: BLE001 - a broken predicate must not hide the record
+        return False
+    line = str(exc).strip().split("\n", 1)[0][:200]
+    if len(line) >= 20 and line not in st.reported_lines:  # long enough not to match unrelated records
+        st.reported_lines = [*st.reported_lines[-19:], line]
+    return True
 
 
 class _ConsoleFormatter(logging.Formatter):
@@ -189,9 +223,13 @@ class _Reroute(logging.Filter):
 _REROUTE = _Reroute()
 
 
-def configure(log_file: str | Path | None = None, verbose: bool = False) -> Path | None:
+def configure(log_file: str | Path | None = None, verbose: bool = False,
+              reported: Callable[[BaseException], bool] | None = None) -> Path | None:
     """Route log records: see the module docstring. Callable again (a later call with a file adds it);
-    :func:`reset` undoes everything. Returns the log file's path (created with its directory)."""
+    :func:`reset` undoes everything. Returns the log file's path (created with its directory).
+    ``reported``: true for an exception the caller reports itself; a library's record carrying one (a
+    traceback) then goes to the log file only (with a log file, and without ``verbose``). It is called
+    while logging: it must not import or log."""
     global _state
     root = logging.getLogger()
     if _state is None:
@@ -211,6 +249,8 @@ def configure(log_file: str | Path | None = None, verbose: bool = False) -> Path
         _state = st
     st = _state
     st.verbose = st.verbose or verbose
+    if reported is not None:
+        st.reported = reported
     if st.verbose:
         _export(st, VERBOSE_ENV, "1")
     if log_file is not None and st.file is None:

@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from prl import logs
 
-    logs.configure(None, verbose=args.verbose)  # commands with a run directory add its log file (logs.log_to)
+    # Commands with a run directory add its log file (logs.log_to). An error printed below as one line is not
+    # also shown as a library's traceback (Prefect logs one for the failed flow run): that goes to the file.
+    logs.configure(None, verbose=args.verbose, reported=_is_user_error)
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -87,25 +89,30 @@ def main(argv: list[str] | None = None) -> int:
         logs.reset()
 
 
-def _is_user_error(e: Exception) -> bool:
-    from prl_core.config import ConfigError
+USER_ERRORS = frozenset({
+    "ConfigError",             # prl_core.config
+    "DatasetError",            # prl.data.datasets
+    "EngineError",             # prl.generation.engines.base
+    "EvalError",               # prl.evaluation.config
+    "PromptError",             # prl.generation.prompts
+    "ReportError",             # prl.evaluation.report
+    "StoreError",              # prl.store.db
+    "CheckpointError",         # prl.training (a checkpoint to resume from, or one that cannot be loaded)
+    "ModelImportError",        # prl.models.importer
+    "FormatError",             # prl.imports.formats
+    "ImportRunError",          # prl.imports.run
+    "TrainingProcessFailed",   # flows.train: the training process died (the OOM killer, a crash): what to change
+})
+"""Errors printed as one ``error:`` line (exit 2): classes of our packages with these names, and their
+subclasses. By name, not by import: :func:`_is_user_error` also runs while logging, where it must not import,
+and a class keeps its name when it moves to another module."""
+_OUR_ROOTS = ("prl", "prl_core", "flows", "prl_cli", "dashboard")
 
-    from prl.data.datasets import DatasetError
-    from prl.generation.engines.base import EngineError
-    from prl.evaluation.config import EvalError
-    from prl.generation.prompts import PromptError
-    from prl.evaluation.report import ReportError
-    from prl.store.db import StoreError
 
-    from prl.imports.formats import FormatError
-    from prl.imports.run import ImportRunError
-    from prl.models.importer import ModelImportError
-    from prl.training.train import CheckpointError
-
+def _is_user_error(e: BaseException) -> bool:
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
         return True  # a full disk or quota: "error: [Errno 28] No space left on device: 'PATH'"
-    return isinstance(e, (ConfigError, DatasetError, EngineError, EvalError, PromptError, ReportError, StoreError,
-                          CheckpointError, ModelImportError, FormatError, ImportRunError))
+    return any(c.__name__ in USER_ERRORS and c.__module__.split(".")[0] in _OUR_ROOTS for c in type(e).__mro__)
 
 
 if __name__ == "__main__":
