@@ -24,21 +24,28 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, x, 0.0).sum() / mask.sum().clamp_min(1).to(x.dtype)
 
 
-def aggregate(losses: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.Tensor:
+def aggregate(losses: torch.Tensor, mask: torch.Tensor, agg: str, *, norm: float | None = None) -> torch.Tensor:
     """Reduce per-token losses (B, T) to a scalar.
 
     ``token-mean``: mean over all response tokens of the batch (the authors' actor default).
     ``seq-mean-token-mean``: mean over each response's tokens, then over responses that have
     at least one token (the paper's Algorithm 1).
+
+    ``norm``: divide by this count instead of the batch's own — the response tokens (token-mean) or
+    the responses with a token (seq-mean-token-mean) of the whole mini-batch that this batch is one
+    micro-batch of. The micro-batches' results then sum to the mini-batch's aggregate, however the
+    mini-batch was split (the trainer's token-budget micro-batches).
     """
     agg = require_choice("agg", agg, AGGREGATIONS)
+    if norm is not None and not norm > 0:
+        raise ValueError(f"norm: expected a count > 0, got {norm!r}")
     kept = torch.where(mask, losses, 0.0)  # padding never contributes, even as NaN/inf
     if agg == "token-mean":
-        return kept.sum() / mask.sum().clamp_min(1).to(losses.dtype)
+        return kept.sum() / (norm if norm is not None else mask.sum().clamp_min(1).to(losses.dtype))
     per_seq_tokens = mask.sum(-1).to(losses.dtype)
     per_seq = kept.sum(-1) / per_seq_tokens.clamp_min(1.0)
     has = (per_seq_tokens > 0).to(losses.dtype)
-    return (per_seq * has).sum() / has.sum().clamp_min(1.0)
+    return (per_seq * has).sum() / (norm if norm is not None else has.sum().clamp_min(1.0))
 
 
 def ppo_clip_loss(
@@ -52,6 +59,8 @@ def ppo_clip_loss(
     dual_clip: float | None = 3.0,
     agg: str = "token-mean",
     logits: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    norm: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate with an asymmetric range and dual clip on negative advantages.
 
@@ -68,6 +77,9 @@ def ppo_clip_loss(
         dual_clip: c > 1, or None.
         agg: ``"token-mean"`` or ``"seq-mean-token-mean"``.
         logits: optional (B, T, V) logits of the current policy; adds ``actor/entropy``.
+        entropy: optional (B, T) per-token entropies already computed (e.g. by
+            :func:`prl_core.logprobs.token_logprobs`, without the full logits); adds ``actor/entropy``.
+        norm: the mini-batch's count for :func:`aggregate` when this batch is one of its micro-batches.
 
     Returns:
         ``(loss, metrics)``: a scalar loss and detached scalar metrics — ``actor/pg_loss``,
@@ -81,10 +93,14 @@ def ppo_clip_loss(
     advantages = _masked_float("advantages", advantages, mask).detach()
     agg = require_choice("agg", agg, AGGREGATIONS)
     _check_clip(clip_low, clip_high, dual_clip)
+    if logits is not None and entropy is not None:
+        raise ValueError("logits, entropy: give one of them (the entropy metric comes from either)")
     if logits is not None:
         logits = require_float("logits", logits)
         if logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(mask.shape):
             raise ValueError(f"logits: expected shape {tuple(mask.shape)} + (V,), got {tuple(logits.shape)}")
+    if entropy is not None:
+        entropy = _masked_float("entropy", entropy, mask)
 
     # Padding may hold anything (e.g. -inf log-probs): zero it before it meets exp or a product.
     advantages = torch.where(mask, advantages, 0.0)
@@ -100,7 +116,7 @@ def ppo_clip_loss(
         negative = advantages < 0
         dual_active = negative & (pg > cap)
         pg = torch.where(negative, torch.minimum(pg, cap), pg)
-    loss = aggregate(pg, mask, agg)
+    loss = aggregate(pg, mask, agg, norm=norm)
 
     with torch.no_grad():
         lr = log_ratio.detach()
@@ -114,6 +130,8 @@ def ppo_clip_loss(
         }
         if logits is not None:
             metrics["actor/entropy"] = masked_mean(token_entropy(logits.detach()), mask)
+        elif entropy is not None:
+            metrics["actor/entropy"] = masked_mean(entropy.detach(), mask)
     return loss, metrics
 
 
@@ -135,16 +153,18 @@ def _check_clip(clip_low: float, clip_high: float, dual_clip: float | None) -> N
         raise ValueError(f"dual_clip: must be > 1 (or None to disable), got {dual_clip}")
 
 
-def sft_loss(logp: torch.Tensor, mask: torch.Tensor, *, agg: str = "token-mean") -> torch.Tensor:
+def sft_loss(logp: torch.Tensor, mask: torch.Tensor, *, agg: str = "token-mean",
+             norm: float | None = None) -> torch.Tensor:
     """Negative log-likelihood of the response tokens (RAFT's fine-tuning loss).
 
     Args:
         logp: (B, T) float log-probs of the target tokens (grad flows).
         mask: (B, T) bool; for RAFT, response tokens of the selected responses only.
+        norm: the mini-batch's count for :func:`aggregate` when this batch is one of its micro-batches.
     """
     mask = require_mask("mask", mask)
     logp = _masked_float("logp", logp, mask)
-    return aggregate(-torch.where(mask, logp, 0.0), mask, agg)
+    return aggregate(-torch.where(mask, logp, 0.0), mask, agg, norm=norm)
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:

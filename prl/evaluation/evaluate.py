@@ -219,3 +219,44 @@ def run_evaluation(cfg: EvalConfig, *, progress: bool = True, engine: Engine | N
         fail_run(run)
         raise
     return end_run(run, log)
+
+
+def run_evaluation_across_ranks(cfg: EvalConfig, *, engine: Engine, rank: int, world: int,
+                                share: Callable[[Any], Any], gather: Callable[[Any], list[Any] | None],
+                                pool: VerifierPool | None = None,
+                                log: Callable[[str], None] = print) -> dict[str, Any] | None:
+    """One run evaluated by ``world`` processes that each hold an engine serving ``cfg.model`` (a training
+    run's ranks): rank 0 registers the run and plans its pending problems as ``world`` contiguous shards; each
+    rank generates and verifies its shard into a shard file with its own engine (:func:`shards.run_shard`);
+    rank 0 stores every file and finishes the run. No rank waits longer than the slowest shard takes.
+
+    ``share(obj)``: rank 0's ``obj`` on every rank (a broadcast); ``gather(obj)``: every rank's ``obj`` on rank
+    0, in rank order (None elsewhere). Returns the run's summary on rank 0, None on the others. With vLLM a
+    prompt's samples depend only on (seed, prompt), so the stored samples are those of a one-process run.
+    """
+    run = begin_run(cfg, log) if rank == 0 else None
+    plan = share(None if run is None else {
+        "run_id": run.run_id, "keys": [(p.dataset, p.problem_id) for p in run.pending],
+        "per_shard": max(1, -(-len(run.pending) // world))})
+    problems = run.problems if run is not None else load_problems(cfg, lambda _m: None)
+    by_key = {(p.dataset, p.problem_id): p for p in problems}
+    shards = sh.plan_shards([by_key[k] for k in plan["keys"]], plan["per_shard"])
+    directory = sh.shard_dir(cfg.db, plan["run_id"], cfg.shard_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    mine: Any = None
+    if rank < len(shards):
+        try:
+            mine = sh.run_shard(cfg, plan["run_id"], shards[rank].problems, directory / f"{shards[rank].name}.parquet",
+                                engine=engine, pool=pool)
+        except Exception as e:  # noqa: BLE001 - reported by rank 0, after the other shards are stored
+            mine = EvalError(f"rank {rank}: {type(e).__name__}: {e}")
+    results = gather(mine)
+    if run is None:
+        return None
+    try:
+        if shards:
+            store_shard_results(run, shards, zip(shards, results), progress=False, log=log)
+    except BaseException:
+        fail_run(run)
+        raise
+    return end_run(run, log)

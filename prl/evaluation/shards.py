@@ -16,6 +16,7 @@ on (seed, prompt), so a sharded run stores the same samples as an in-process run
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -88,14 +89,18 @@ def write_shard(rows: list[dict[str, Any]], path: str | Path) -> Path:
     return path
 
 
-def run_shard(cfg, run_id: str, problems: Sequence[Problem], path: str | Path) -> dict[str, Any]:
+def run_shard(cfg, run_id: str, problems: Sequence[Problem], path: str | Path, *, engine=None,
+              pool: VerifierPool | None = None) -> dict[str, Any]:
     """Generate, verify and write one shard (runs on a worker; never touches the store).
 
+    ``engine`` / ``pool``: a running engine serving ``cfg.model`` and verifier workers to use (a training
+    rank lends its own; neither is closed); by default the shard starts and closes its own.
     Returns what the driver records: the file, row and correct counts, phase seconds, and
     the engine's description and chat template for the run's manifest.
     """
     t0 = time.perf_counter()
-    engine = start_engine(cfg)
+    own_engine = engine is None
+    engine = start_engine(cfg) if own_engine else engine
     try:
         t_start = time.perf_counter() - t0
         check_prompts(engine, problems)
@@ -103,15 +108,17 @@ def run_shard(cfg, run_id: str, problems: Sequence[Problem], path: str | Path) -
         samples = generate_chunk(engine, problems, cfg.sampling())
         t_gen = time.perf_counter() - t
         t = time.perf_counter()
-        with VerifierPool(cfg.verifier_workers, timeout_s=cfg.verify_timeout_s,
-                          wall_s=3.0 * cfg.verify_timeout_s) as pool:
-            rows = verify_chunk(pool, run_id, problems, samples)
+        with (contextlib.nullcontext(pool) if pool is not None else
+              VerifierPool(cfg.verifier_workers, timeout_s=cfg.verify_timeout_s, wall_s=3.0 * cfg.verify_timeout_s)
+              ) as verifier:
+            rows = verify_chunk(verifier, run_id, problems, samples)
         t_ver = time.perf_counter() - t
         write_shard(rows, path)
         info = {"engine": engine.info(),
                 "template": template_record(engine.tokenizer)}
     finally:
-        engine.close()
+        if own_engine:
+            engine.close()
     return {"path": str(path), "rows": len(rows), "correct": sum(r["verdict"] == "correct" for r in rows),
             "host": os.uname().nodename, "pid": os.getpid(),
             "seconds": {"engine_start": round(t_start, 2), "generate": round(t_gen, 2), "verify": round(t_ver, 2)},

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -26,6 +27,17 @@ RESOURCE_PREFIX = "prl.train-run."
 """The event's resource id is this prefix + the training run id."""
 EXPORTS_DIR = "exports"
 EXPORT_RECORD = "prl_export.json"
+
+
+def save_policy(model, tokenizer, target: Path) -> None:
+    """``model`` (whole parameters) and ``tokenizer`` as a Hugging Face directory ``target``, replaced atomically
+    (written beside it, then renamed): what vLLM, evaluations and users load."""
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
 
 
 def export_dir(out_dir: str | Path, step: int) -> Path:

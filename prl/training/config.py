@@ -66,7 +66,28 @@ class TrainConfig:
     dtype: str = "float32"
     """'float32' (CPU) or 'bfloat16' (GPU) for the trained policy."""
     ref_offload: bool = False
-    """Keep the frozen reference model on the CPU (GPU runs with little memory)."""
+    """Keep the frozen reference model on the CPU: its forward pass then runs on the CPU, hours per step at
+    1.5 B (the dry run estimates it); under ZeRO-3 the reference is partitioned over the GPUs instead."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them (transformers'
+    gradient checkpointing): activation memory of one layer boundary per layer, ~1.3x the update's compute."""
+    logprob_chunk_tokens: int = 1024
+    """Response tokens whose logits (tokens x vocabulary, fp32) exist at once when log-probs and entropy are
+    computed (prl_core.logprobs); never the whole batch's B x T x V."""
+    max_tokens_per_micro_batch: int = 0
+    """Token budget of a micro-batch (its rows x its longest sequence); 0: micro_batch_size rows each. With a
+    budget a mini-batch is cut into the fewest micro-batches that fit (as many on every rank) and the loss is
+    aggregated over the whole mini-batch, so the update does not depend on how it was cut."""
+    rollout_memory_utilization: float = 0.3
+    """GPU: the share of the device the colocated vLLM engine may take (weights, activations, KV cache:
+    vLLM's gpu_memory_utilization); vLLM refuses to start when less than this share is free. Unused on CPU."""
+    rollout_kv_cache_gib: float | None = None
+    """The engine's KV cache in GiB (vLLM's kv_cache_memory_bytes); None: on GPUs vLLM sizes it from the share
+    above, on the CPU 1 GiB."""
+    rollout_sleep_level: int = 0
+    """Release the engine's memory during log-probs and the update (vLLM sleep mode): 0 off; 1 KV cache
+    freed, weights moved to host memory; 2 both freed (the trainer re-sends the weights after each update).
+    vLLM's CPU build takes the calls and keeps its memory."""
     checkpoint_every: int = 1
     """Save a DeepSpeed checkpoint every N steps (and at the end); resumption restarts from the last one."""
     keep_checkpoints: int = 2
@@ -130,6 +151,27 @@ class TrainConfig:
                  f"(prompts_per_step {self.prompts_per_step} / world size {world_size} × n_samples {algo.n_samples})")
         if self.mini_batch_size % self.micro_batch_size:
             fail("micro_batch_size", f"{self.micro_batch_size} does not divide mini_batch_size {self.mini_batch_size}")
+        if isinstance(self.logprob_chunk_tokens, bool) or not isinstance(self.logprob_chunk_tokens, int) \
+                or self.logprob_chunk_tokens < 1:
+            fail("logprob_chunk_tokens", f"expected an integer >= 1, got {self.logprob_chunk_tokens!r}")
+        budget = self.max_tokens_per_micro_batch
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            fail("max_tokens_per_micro_batch", f"expected an integer >= 0 (0: micro_batch_size rows), got {budget!r}")
+        if 0 < budget <= self.max_tokens:
+            fail("max_tokens_per_micro_batch", f"{budget} tokens cannot hold one response of max_tokens {self.max_tokens} "
+                 "and its prompt; raise it above max_tokens plus the longest prompt, or 0 for micro_batch_size rows")
+        if not isinstance(self.gradient_checkpointing, bool):
+            fail("gradient_checkpointing", f"expected true or false, got {self.gradient_checkpointing!r}")
+        util = self.rollout_memory_utilization
+        if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util < 1:
+            fail("rollout_memory_utilization", f"expected a share of the device in (0, 1), got {util!r}")
+        kv = self.rollout_kv_cache_gib
+        if kv is not None and (isinstance(kv, bool) or not isinstance(kv, (int, float)) or not kv > 0):
+            fail("rollout_kv_cache_gib", f"expected a size in GiB > 0, or null to let vLLM size it, got {kv!r}")
+        if kv is not None and self.engine != "vllm":
+            fail("rollout_kv_cache_gib", "only the 'vllm' engine has a KV cache pool; remove it or use engine: vllm")
+        if self.rollout_sleep_level not in (0, 1, 2):
+            fail("rollout_sleep_level", f"expected 0 (off), 1 or 2, got {self.rollout_sleep_level!r}")
         if algo.estimator != "raft" and algo.n_samples < 2:
             fail("n_samples", f"the {algo.estimator} estimator needs groups of >= 2 responses (algorithm.n_samples)")
 

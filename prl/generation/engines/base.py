@@ -35,7 +35,7 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 from prl.generation import prompts as _prompts
 from prl.generation.prompts import PromptError, build_prompt, prompt_format, template_hash
@@ -52,6 +52,7 @@ ARCH_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "
 __all__ = [
     "Engine", "EngineError", "PromptError", "Sample", "SamplingConfig",
     "check_model_dir", "check_weights_dir", "read_model_config", "head_dim_of", "derive_seed", "prompt_seeds",
+    "layer_groups",
 ]
 
 
@@ -146,6 +147,29 @@ class Sample:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def layer_groups(names: Sequence[str]) -> list[list[str]]:
+    """Parameter names partitioned into one group per layer, in order: the names before the first numbered
+    layer (embeddings), one group per ``<prefix>.<i>.`` (a decoder layer), and the names after (the final
+    norm, the LM head). The same partition as vLLM's ``layerwise_groups``
+    (``vllm/distributed/weight_transfer/base.py``), kept here so engines without vLLM use it too: in-memory
+    weight syncs move, and a ZeRO-3 trainer gathers, one group at a time."""
+    pre: list[str] = []
+    post: list[str] = []
+    stacks: dict[tuple[str, int], list[str]] = {}
+    for name in names:
+        parts = name.split(".")
+        index = next((i for i, part in enumerate(parts) if part.isdigit()), None)
+        if index is None:
+            (post if stacks else pre).append(name)
+        else:
+            stacks.setdefault((".".join(parts[:index]), int(parts[index])), []).append(name)
+    first = {}
+    for prefix, _ in stacks:
+        first.setdefault(prefix, len(first))
+    ordered = [stacks[k] for k in sorted(stacks, key=lambda k: (first[k[0]], k[1]))]
+    return [g for g in ([pre] + ordered + [post]) if g]
 
 
 def derive_seed(seed: int, *parts: object) -> int:
@@ -299,7 +323,9 @@ class Engine(ABC):
         self.logprobs_mode = logprobs_mode
         self.weights_path = self.model_dir
         self.weight_updates = 0
-        self.memory_updates = 0  # of weight_updates, those handed over in memory (load_weights)
+        self.memory_updates = 0  # of weight_updates, those handed over in memory (load_weight_groups)
+        self.asleep: set[str] = set()  # what sleep() released and wake_up() has not taken back
+        self.sleep_calls: list[str] = []  # sleep/wake_up calls in order (the trainer's manifest records them)
         self.tokenizer = self._load_tokenizer()
         if require_chat_template:
             _prompts.require_chat_template(self.tokenizer)  # PromptError with a clear message
@@ -355,13 +381,53 @@ class Engine(ABC):
         """Load weights saved (``save_pretrained``) by a trainer into this running engine."""
 
     loads_from_memory: bool = False
-    """Whether :meth:`load_weights` can take tensors from this process (the engine runs in it)."""
+    """Whether :meth:`load_weight_groups` can take tensors from this process (the engine runs in it)."""
+
+    def load_weight_groups(self, groups: Iterable[tuple[list[str], list]]) -> None:
+        """Load the weights from memory, one layer group at a time: ``(names, tensors)`` pairs with a trainer's
+        ``state_dict`` names (tied duplicates dropped), consumed one after another (the producer may gather
+        each group just before it is yielded and free it after). Nothing is written to disk. Engines that run
+        in other processes raise EngineError: use :meth:`update_weights` with a ``save_pretrained`` directory."""
+        raise EngineError(f"engine {self.name!r} cannot load weights from memory here; use update_weights(DIR)")
 
     def load_weights(self, named_tensors) -> None:
-        """Load ``(name, tensor)`` pairs — a trainer's ``state_dict`` names, tied duplicates dropped — from
-        memory, without writing them to disk. Engines that run in other processes raise EngineError:
-        use :meth:`update_weights` with a ``save_pretrained`` directory instead."""
-        raise EngineError(f"engine {self.name!r} cannot load weights from memory here; use update_weights(DIR)")
+        """:meth:`load_weight_groups` of ``(name, tensor)`` pairs, grouped by layer (:func:`layer_groups`)."""
+        named = dict(named_tensors)
+        self.load_weight_groups(([n for n in g], [named[n] for n in g]) for g in layer_groups(list(named)))
+
+    # ---- sleep (colocated training: the engine gives its memory back during the policy update) -----------
+
+    SLEEP_LEVELS = (1, 2)
+    """1: weights moved off the device, KV cache dropped; 2: both dropped (the trainer re-sends the weights)."""
+
+    def sleep(self, level: int) -> None:
+        """Give the engine's device memory back until :meth:`wake_up` (no generation in between)."""
+        if level not in self.SLEEP_LEVELS:
+            raise EngineError(f"sleep level: expected one of {self.SLEEP_LEVELS}, got {level!r}")
+        self.sleep_calls.append(f"sleep({level})")
+        self._sleep(level)
+        self.asleep = {"weights", "kv_cache"}
+
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Take the memory back: ``["weights"]`` first (then load new weights), then ``["kv_cache"]``; None: all."""
+        tags = list(tags) if tags is not None else sorted(self.asleep)
+        unknown = set(tags) - {"weights", "kv_cache"}
+        if unknown:
+            raise EngineError(f"wake_up tags: expected 'weights' and/or 'kv_cache', got {sorted(unknown)}")
+        self.sleep_calls.append(f"wake_up({','.join(tags)})")
+        self._wake_up(tags)
+        self.asleep -= set(tags)
+
+    def _sleep(self, level: int) -> None:
+        """Engine-specific part of :meth:`sleep` (default: nothing to release)."""
+
+    def _wake_up(self, tags: list[str]) -> None:
+        """Engine-specific part of :meth:`wake_up`."""
+
+    def _require_awake(self) -> None:
+        if self.asleep:
+            raise EngineError(f"the engine is asleep ({', '.join(sorted(self.asleep))} released); call "
+                              "wake_up() before generating")
 
     def info(self) -> dict[str, Any]:
         """What a run manifest records about the engine."""

@@ -99,6 +99,7 @@ class HFEngine(Engine):
 
     def generate(self, prompts: list[str], sampling: SamplingConfig | None = None, *,
                  progress: bool = False) -> list[Sample]:
+        self._require_awake()
         sampling = self._check_sampling(sampling)
         ids = self.encode(prompts)
         per_batch = max(1, self.batch_size // sampling.n)
@@ -215,11 +216,42 @@ class HFEngine(Engine):
                 state.update(torch.load(f, map_location="cpu", weights_only=True))
         self._copy_state(state, str(path))
 
-    def load_weights(self, named_tensors) -> None:
-        """Copy ``(name, tensor)`` pairs (a trainer's ``state_dict`` names) into the model, from memory."""
-        self._copy_state(dict(named_tensors), "the weights handed over in memory")
+    def load_weight_groups(self, groups) -> None:
+        """Copy ``(names, tensors)`` groups (a trainer's ``state_dict`` names) into the model, from memory, one
+        group at a time (each is copied before the next is produced); every weight must arrive once."""
+        import torch
+
+        own = self.model.state_dict()
+        seen: set[str] = set()
+        with torch.no_grad():
+            for names, tensors in groups:
+                for name, tensor in zip(names, tensors):
+                    if name not in own:
+                        raise EngineError(f"the weights handed over in memory: a tensor the model does not have: {name}")
+                    if tuple(tensor.shape) != tuple(own[name].shape):
+                        raise EngineError(f"the weights handed over in memory: {name} has shape {tuple(tensor.shape)}, "
+                                          f"the model {tuple(own[name].shape)}")
+                    own[name].copy_(tensor)
+                    seen.add(name)
+        loaded = {own[k].data_ptr() for k in seen}
+        missing = sorted(k for k in set(own) - seen if own[k].data_ptr() not in loaded)  # tied ones are fine
+        if missing:
+            raise EngineError(f"the weights handed over in memory: weights missing for {', '.join(missing[:5])}")
         self.weight_updates += 1
         self.memory_updates += 1
+
+    def _sleep(self, level: int) -> None:
+        """Both levels move the weights to the CPU (transformers keeps no KV cache between calls) and return
+        the freed blocks to the device; :meth:`_wake_up` with 'weights' moves them back."""
+        import torch
+
+        self.model.to("cpu")
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _wake_up(self, tags: list[str]) -> None:
+        if "weights" in tags:
+            self.model.to(self.device)
 
     loads_from_memory = True
 

@@ -64,101 +64,21 @@ class PRLWorkerExtension:
     ``llm.collective_rpc("prl_...")``. Runs inside the worker processes."""
 
     def prl_reload_weights(self, weights_path: str) -> dict:
-        """Load the ``*.safetensors`` of ``weights_path`` (a ``save_pretrained`` directory)."""
-        files, names = _checkpoint_files(Path(weights_path))
-        return self._prl_reload(names, lambda fed: _checkpoint_tensors(files, fed))
-
-    def prl_load_weights(self, named: list) -> dict:
-        """Load ``[(name, tensor), ...]`` handed over in memory (only when the engine runs in the caller's
-        process: the tensors are the trainer's own, nothing is serialised or written)."""
-        names = {name for name, _ in named}
-        return self._prl_reload(names, lambda fed: _named_tensors(named, fed))
-
-    def _prl_reload(self, names: set, tensors) -> dict:
-        import torch
+        """Load the ``*.safetensors`` of ``weights_path`` (a ``save_pretrained`` directory): the disk path.
+        (Weights in this process's memory go through vLLM's weight-transfer API instead:
+        :mod:`prl.generation.engines.weight_transfer`.)"""
+        from prl.generation.engines.weight_transfer import _WarningsOf, mark_derived_buffers, tied_heads
 
         t0 = time.perf_counter()
+        files, names = _checkpoint_files(Path(weights_path))
         model = self.model_runner.get_model()
-        derived = _mark_derived_buffers(model)
+        derived = mark_derived_buffers(model)
         # a tied head the weights do not name (save_pretrained drops it) is given the embedding
-        fed = {head: embed for head, embed in _tied_heads(model).items() if head not in names and embed in names}
+        fed = {head: embed for head, embed in tied_heads(model).items() if head not in names and embed in names}
         with _WarningsOf("vllm") as warned:  # returned to the caller: the worker may be another process
-            self.reload_weights(weights_iterator=tensors(fed))
-        refreshed = []
-        head = getattr(model, "lm_head", None)
-        if (head is not None and hasattr(head, "cpu_linear") and hasattr(head, "quant_method")
-                and "lm_head.weight" not in fed and "lm_head.weight" not in names):
-            # CPU GEMM dispatch packs the LM head's weight once; a tied head the reload did not load
-            # would keep computing logits with the *old* embedding. Re-pack it from the updated weight.
-            with torch.no_grad():
-                head.quant_method.process_weights_after_loading(head)
-            refreshed.append("lm_head")
-        return {"seconds": time.perf_counter() - t0, "refreshed": refreshed, "derived_buffers": sorted(derived),
+            self.reload_weights(weights_iterator=_checkpoint_tensors(files, fed))
+        return {"seconds": time.perf_counter() - t0, "derived_buffers": sorted(derived),
                 "tied_heads_fed": sorted(fed), "warnings": warned.messages}
-
-
-class _WarningsOf(logging.Handler):
-    """Collects ``name: message`` of the WARNING+ records a logger tree emits inside the block (they
-    are still logged as usual)."""
-
-    def __init__(self, logger: str) -> None:
-        super().__init__(logging.WARNING)
-        self.logger = logging.getLogger(logger)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(f"{record.name}: {record.getMessage()}")
-
-    def __enter__(self) -> "_WarningsOf":
-        self.logger.addHandler(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.logger.removeHandler(self)
-
-
-def _mark_derived_buffers(model) -> set[str]:
-    """Tell vLLM's layerwise reload not to wait for tensors no checkpoint holds.
-
-    ``reload_weights`` counts every parameter and buffer of a layer as loadable and warns
-    "<Layer>: Failed to load weights" for a layer that received none. A rotary embedding holds only
-    ``cos_sin_cache``, a non-persistent buffer computed from the config (never in a state dict), so it
-    warned at every reload although nothing was missing (the cache is put back unchanged). vLLM keeps
-    the names of such never-loaded tensors in ``SKIP_LOAD_TENSORS`` (upstream adds to it the same way,
-    e.g. ``e_score_correction_bias``); add the buffers of every layer that has no parameters and only
-    non-persistent buffers, unless the name is a loadable tensor elsewhere in the model.
-    """
-    try:
-        from vllm.model_executor.model_loader.reload.meta import SKIP_LOAD_TENSORS
-    except ImportError:  # another vLLM layout: reloads still work, the warning may return
-        return set()
-    derived: set[str] = set()
-    loadable: set[str] = set()
-    for module in model.modules():
-        params = [n for n, p in module._parameters.items() if p is not None]
-        buffers = [n for n, b in module._buffers.items() if b is not None]
-        persistent = [n for n in buffers if n not in module._non_persistent_buffers_set]
-        loadable.update(params, persistent)
-        if buffers and not params and not persistent:
-            derived.update(buffers)
-    derived -= loadable
-    SKIP_LOAD_TENSORS.update(derived)
-    return derived
-
-
-def _tied_heads(model) -> dict[str, str]:
-    """``{head parameter: embedding parameter}`` for LM heads that share the embedding's weight."""
-    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
-
-    first: dict[int, str] = {}
-    tied: dict[str, str] = {}
-    for prefix, module in model.named_modules(remove_duplicate=False):
-        if isinstance(module, VocabParallelEmbedding):
-            for name, param in module.named_parameters(remove_duplicate=False):
-                qualname = f"{prefix}.{name}" if prefix else name
-                if first.setdefault(id(param), qualname) != qualname:
-                    tied[qualname] = first[id(param)]
-    return tied
 
 
 def _checkpoint_files(path: Path) -> tuple[list[Path], set[str]]:
@@ -192,24 +112,15 @@ def _checkpoint_tensors(files: list[Path], fed: dict[str, str]):
     """
     from safetensors import safe_open
 
-    heads = {embed: head for head, embed in fed.items()}
-    for f in files:
-        with safe_open(str(f), framework="pt", device="cpu") as st:
-            for name in st.keys():
-                tensor = st.get_tensor(name)
-                yield name, tensor
-                if name in heads:
-                    yield heads[name], tensor
+    from prl.generation.engines.weight_transfer import with_tied_heads
 
+    def tensors():
+        for f in files:
+            with safe_open(str(f), framework="pt", device="cpu") as st:
+                for name in st.keys():
+                    yield name, st.get_tensor(name)
 
-def _named_tensors(named: list, fed: dict[str, str]):
-    """``(name, tensor)`` of ``named``; each embedding in ``fed``'s values again under its tied head's name
-    (as :func:`_checkpoint_tensors` does for files)."""
-    heads = {embed: head for head, embed in fed.items()}
-    for name, tensor in named:
-        yield name, tensor
-        if name in heads:
-            yield heads[name], tensor
+    yield from with_tied_heads(tensors(), fed)
 
 
 def _sampled_logprobs(lps, token_ids: list[int]) -> list[float]:
@@ -226,6 +137,14 @@ def _is_cpu_platform() -> bool:
     except Exception:  # noqa: BLE001
         return True
     return bool(current_platform.is_cpu())
+
+
+def _sleep_mode_available() -> bool:
+    try:
+        from vllm.platforms import current_platform
+    except Exception:  # noqa: BLE001
+        return False
+    return bool(current_platform.is_sleep_mode_available())
 
 
 def _vllm_logging() -> None:
@@ -258,7 +177,7 @@ class VLLMEngine(Engine):
                  max_model_len: int | None = None, logprobs_mode: str = "processed",
                  gpu_memory_utilization: float | None = None, enforce_eager: bool | None = None,
                  in_process: bool | None = False, require_chat_template: bool = False,
-                 **llm_kwargs: Any) -> None:
+                 colocate: bool = False, sleep_mode: bool = False, **llm_kwargs: Any) -> None:
         super().__init__(model_dir, dtype=dtype, seed=seed, max_model_len=max_model_len,
                          logprobs_mode=logprobs_mode, require_chat_template=require_chat_template)
         _vllm_logging()
@@ -288,7 +207,23 @@ class VLLMEngine(Engine):
             enforce_eager = self.on_cpu  # torch.compile on CPU costs minutes of start-up
         if in_process is None:
             in_process = self.on_cpu
+        if colocate:
+            import torch.distributed as dist
+
+            if not dist.is_initialized() or "RANK" not in os.environ or "LOCAL_RANK" not in os.environ:
+                raise EngineError("colocate=True builds the engine inside a training rank (vLLM's external_launcher "
+                                  "executor): start the process group first, with RANK and LOCAL_RANK set")
+            in_process = True  # external_launcher runs the engine core and the worker in this process
+            kwargs_colocate = {"distributed_executor_backend": "external_launcher"}
+        else:
+            kwargs_colocate = {}
         self.in_process = bool(in_process)
+        self.colocate = bool(colocate)
+        # vLLM's sleep mode needs its cumem allocator (CUDA/ROCm); vLLM's CPU worker accepts the same
+        # sleep/wake_up calls and keeps its memory (its sleep() only logs that CPU has no sleep mode).
+        sleep_available = _sleep_mode_available()
+        self.sleep_mode = ("off" if not sleep_mode else "vllm" if sleep_available else
+                           "calls only (vLLM's CPU worker keeps its memory)")
         self.gpu_memory_utilization = gpu_memory_utilization
         self.enforce_eager = enforce_eager
         self.llm_kwargs = dict(llm_kwargs)
@@ -307,6 +242,14 @@ class VLLMEngine(Engine):
             kwargs["max_model_len"] = max_model_len
         if self.on_cpu:
             kwargs["enable_chunked_prefill"] = False  # per-request seeds need whole prefills on CPU
+        if self.in_process:  # the trainer's tensors reach this engine through vLLM's weight-transfer API
+            from prl.generation.engines import weight_transfer
+
+            weight_transfer.register()
+            kwargs["weight_transfer_config"] = {"backend": weight_transfer.BACKEND}
+        if sleep_mode and sleep_available:
+            kwargs["enable_sleep_mode"] = True
+        kwargs.update(kwargs_colocate)
         kwargs.update(llm_kwargs)
         t0 = time.perf_counter()
         import torch
@@ -341,7 +284,17 @@ class VLLMEngine(Engine):
         self.start_seconds = time.perf_counter() - t0
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self._closed = False
+        self.last_reload: Any = None
 
+    def worker_placement(self) -> dict[str, Any]:
+        """Where vLLM placed this engine's worker, as vLLM's own worker reports it: its rank and local rank
+        (the device index on GPUs: ``cuda:<local_rank>`` under the external launcher) and its device. Only for
+        an engine in this process (the worker is an object here)."""
+        if not self.in_process:
+            raise EngineError("worker_placement: the worker runs in another process")
+        worker = self.llm.llm_engine.model_executor.driver_worker.worker
+        return {"rank": int(worker.rank), "local_rank": int(worker.local_rank), "device": str(worker.device),
+                "executor": type(self.llm.llm_engine.model_executor).__name__}
     def _engine_version(self) -> str:
         return self._vllm_version
 
@@ -352,6 +305,8 @@ class VLLMEngine(Engine):
             gpu_memory_utilization=self.gpu_memory_utilization,
             enforce_eager=self.enforce_eager,
             in_process=self.in_process,
+            colocate=self.colocate,
+            sleep_mode=self.sleep_mode,
             start_seconds=round(self.start_seconds, 3),
             batching="all prompts x n in one LLM.generate call",
             llm_kwargs={k: repr(v) for k, v in self.llm_kwargs.items()},
@@ -368,6 +323,7 @@ class VLLMEngine(Engine):
         from vllm.inputs import TokensPrompt
 
         self._require_open()
+        self._require_awake()
         sampling = self._check_sampling(sampling)
         ids = self.encode(prompts)
         if not ids:
@@ -433,21 +389,47 @@ class VLLMEngine(Engine):
         """In-process engines take the trainer's tensors directly; separate workers would need them serialised."""
         return self.in_process
 
-    def load_weights(self, named_tensors) -> None:
-        """Load ``(name, tensor)`` pairs into the running engine from memory (no files, no restart).
-
-        Only for an engine built in this process (``in_process``): its worker is an object here and
-        gets the trainer's tensors as they are (vLLM copies them into its own parameters, re-packing
-        what the CPU kernels pre-pack). ``last_reload`` reports as :meth:`update_weights` does."""
+    def load_weight_groups(self, groups) -> None:
+        """Load ``(names, tensors)`` groups from this process's memory through vLLM's weight-transfer API
+        (:mod:`prl.generation.engines.weight_transfer`: trainer engine → worker's start/update/finish), one
+        group at a time; nothing is written. ``last_reload``: the worker's report (groups, tensors, tied heads
+        fed, derived buffers, warnings vLLM logged — none expected — and seconds)."""
         self._require_open()
         if not self.in_process:
             raise EngineError("this vLLM engine runs in separate processes, which tensors in this process cannot "
                               "reach; use update_weights(DIR) with a save_pretrained directory, or in_process=True")
-        named = [(name, tensor.detach()) for name, tensor in named_tensors]
-        self.last_reload = self.llm.collective_rpc("prl_load_weights", args=(named,))
-        self.llm.reset_prefix_cache()
+        if "weights" in self.asleep:
+            raise EngineError("the engine's weights are asleep; call wake_up(['weights']) before loading weights")
+        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+        from prl.generation.engines import weight_transfer as wt
+
+        metadata: list = []
+
+        def counted():
+            for names, tensors in groups:
+                metadata.extend((n, t.dtype, tuple(t.shape)) for n, t in zip(names, tensors))
+                yield names, tensors
+
+        sender = WeightTransferTrainerFactory.trainer_init(wt.InProcessTrainerInitInfo(), source=wt.GroupSource(counted(), metadata),
+                                                           client=wt.CollectiveRpcClient(self.llm))
+        sender.send_weights()
+        self.last_reload = self.llm.collective_rpc(lambda worker: dict(worker.weight_transfer_engine.report))
+        self.llm.reset_prefix_cache()  # KV blocks cached for earlier prompts were computed with the old weights
         self.weight_updates += 1
         self.memory_updates += 1
+
+    def _sleep(self, level: int) -> None:
+        self._require_open()
+        self.llm.sleep(level=level)
+
+    def _wake_up(self, tags: list[str]) -> None:
+        self._require_open()
+        self.llm.wake_up(tags=tags)
+
+    def sleeping_tags(self) -> set[str]:
+        """What vLLM's executor reports as asleep (its own state, read back; empty when awake)."""
+        return set(self.llm.llm_engine.model_executor.sleeping_tags)
 
     def close(self) -> None:
         if getattr(self, "_closed", True):
