@@ -39,7 +39,8 @@ from prl.data import synthetic as task  # noqa: E402
 from prl.generation.engines import SamplingConfig, make_engine  # noqa: E402
 from prl.models.importer import smollm2_model  # noqa: E402
 from prl.store.db import Store  # noqa: E402
-from prl.training.train import _save_policy, policy_tensors  # noqa: E402
+from prl.training.checkpoints import save_policy  # noqa: E402
+from prl.training.weight_sync import named_weights  # noqa: E402
 
 GEN_TARGET, SYNC_TARGET = 3.0, 5.0
 
@@ -88,9 +89,9 @@ def weight_sync(model: Path, repeats: int) -> dict:
                         p.add_(1e-3 * torch.randn(p.shape, generator=gen))
                 t = time.perf_counter()
                 if how == "memory":
-                    engine.load_weights(policy_tensors(policy))
+                    engine.load_weights(named_weights(policy))
                 else:
-                    _save_policy(policy, tokenizer, target)
+                    save_policy(policy, tokenizer, target)
                     engine.update_weights(target)
                 dt = time.perf_counter() - t
                 if i:  # the first round warms both paths up
@@ -103,7 +104,7 @@ def weight_sync(model: Path, repeats: int) -> dict:
                 worst = max(worst, float((torch.tensor(s.logprobs) - ref).abs().max()))
     engine.close()
     med = {k: statistics.median(v) for k, v in times.items()}
-    n_bytes = sum(t.numel() * t.element_size() for _, t in policy_tensors(policy))
+    n_bytes = sum(t.numel() * t.element_size() for _, t in named_weights(policy))
     return {"repeats": repeats, "memory_s": round(med["memory"], 3), "disk_s": round(med["disk"], 3),
             "ratio": round(med["disk"] / med["memory"], 2), "meets_target": med["disk"] / med["memory"] >= SYNC_TARGET,
             "weights_bytes": n_bytes, "max_logprob_diff_after_sync": worst,

@@ -32,7 +32,7 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _cmd_dry_run(args)
-    from prl.training.train import check_fresh_start  # deepspeed and transformers: when the command runs
+    from prl.training.resume import check_fresh_start
 
     cfg = run_config_from_args(args)
     cfg.train.validate(cfg.algorithm, int(os.environ.get("WORLD_SIZE", "1")))

@@ -22,13 +22,20 @@ from ._checks import require_float, require_tensor
 
 
 def _chunk_logits(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float) -> torch.Tensor:
-    logits = torch.nn.functional.linear(h, weight, bias).float()  # in the weight's dtype, then at least fp32
-    return logits / temperature if temperature != 1.0 else logits
+    """(n, V) fp32 logits of one chunk (computed in the weight's dtype, as the model does, then upcast)."""
+    logits = torch.nn.functional.linear(h, weight, bias).float()
+    return logits.div_(temperature) if temperature != 1.0 else logits
+
+
+CHUNK_BYTES_PER_LOGIT = 8
+"""Peak bytes per (token, vocabulary) entry of one chunk, forward or backward: two fp32 (n, V) tensors alive at
+once (the logits and their exp / softmax; everything else is updated in place). The memory plan's log-prob term
+is ``CHUNK_BYTES_PER_LOGIT × chunk_tokens × V`` (prl.training.memory)."""
 
 
 class _ChunkedLogProbs(torch.autograd.Function):
     """logp = log_softmax(linear(hidden, weight, bias) / temperature)[targets], chunk by chunk; the entropy as a
-    non-differentiable second output."""
+    non-differentiable second output. Each chunk holds at most two fp32 (chunk, V) tensors."""
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, chunk_tokens: int, temperature: float, want_entropy: bool):
@@ -38,13 +45,12 @@ class _ChunkedLogProbs(torch.autograd.Function):
         with torch.no_grad():
             for s in range(0, n, chunk_tokens):
                 logits = _chunk_logits(hidden[s:s + chunk_tokens], weight, bias, temperature)
-                lse = torch.logsumexp(logits, dim=-1)
-                logp[s:s + chunk_tokens] = logits.gather(-1, targets[s:s + chunk_tokens, None]).squeeze(-1) - lse
-                if want_entropy:
-                    log_p = logits - lse.unsqueeze(-1)
-                    p = log_p.exp()
-                    ent[s:s + chunk_tokens] = -torch.where(p > 0, p * log_p, 0.0).sum(-1)  # 0·log 0 = 0
-                del logits
+                lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+                log_p = logits.sub_(lse)  # in place: the logits become log-probabilities
+                logp[s:s + chunk_tokens] = log_p.gather(-1, targets[s:s + chunk_tokens, None]).squeeze(-1)
+                if want_entropy:  # H = -sum p log p; LM-head logits are finite, so log p is too
+                    ent[s:s + chunk_tokens] = -log_p.exp().mul_(log_p).sum(-1)
+                del logits, log_p
         ctx.save_for_backward(hidden, weight, bias, targets)
         ctx.chunk_tokens, ctx.temperature = chunk_tokens, temperature
         ctx.mark_non_differentiable(ent)
@@ -62,17 +68,18 @@ class _ChunkedLogProbs(torch.autograd.Function):
             h, g_out = hidden[s:s + c], grad_logp[s:s + c].float()
             logits = _chunk_logits(h, weight, bias, temperature)
             # d logp / d logits = onehot(target) - softmax(logits), times 1/temperature
-            g = torch.softmax(logits, dim=-1).mul_(-g_out.unsqueeze(-1))
-            g.scatter_add_(-1, targets[s:s + c, None], g_out.unsqueeze(-1))
+            g = torch.softmax(logits, dim=-1)
+            del logits
+            g.mul_(-g_out.unsqueeze(-1)).scatter_add_(-1, targets[s:s + c, None], g_out.unsqueeze(-1))
             if temperature != 1.0:
                 g.div_(temperature)
-            del logits
             if need_h:
                 grad_h[s:s + c] = (g.to(weight.dtype) @ weight).to(hidden.dtype)
             if need_w:
                 grad_w += g.t() @ h.float()
             if grad_b is not None:
                 grad_b += g.sum(0)
+            del g
         return (grad_h, grad_w.to(weight.dtype) if need_w else None,
                 grad_b.to(bias.dtype) if grad_b is not None else None, None, None, None, None)
 
@@ -91,7 +98,7 @@ def token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Te
         weight: (V, H) the LM head's weight (grad may flow); ``bias``: its optional (V,) bias.
         targets: (N,) long token ids.
         chunk_tokens: rows of logits computed at once (≥ 1); the peak memory of this function is
-            about 3 × chunk_tokens × V × 4 bytes.
+            :data:`CHUNK_BYTES_PER_LOGIT` × chunk_tokens × V bytes (plus the (N,) outputs).
         temperature: the sampling temperature (> 0) the tokens were drawn at; logits are divided by it.
         entropy: also return the (N,) entropies (detached).
 

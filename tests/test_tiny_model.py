@@ -74,7 +74,7 @@ DEEPSPEED_SCRIPT = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist
     dist.init_process_group("gloo")
     import deepspeed
-    from prl.training.train import without_cpu_shm_comm_op
+    from prl.training.distributed import without_cpu_shm_comm_op
     without_cpu_shm_comm_op()
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)

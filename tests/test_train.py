@@ -16,7 +16,9 @@ import yaml
 from procs import kill_when
 
 from prl.store.db import Store
-from prl.training.train import pack, prompt_indices, response_logprobs
+from prl.training.batches import MicroBatch, pack
+from prl.training.forward import response_logprobs
+from prl.training.train import prompt_indices
 from prl.training.config import RunConfig, TrainConfig, train_from_dict
 from prl_core.config import AlgorithmConfig, ConfigError
 
@@ -31,7 +33,7 @@ METRIC_NAMES_PPO = {"reward/mean", "reward/accuracy", "reward/all_equal_group_fr
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs" / "train").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_validate(path):
-    from prl.training.train import ds_config
+    from prl.training.distributed import ds_config
 
     cfg = RunConfig.from_yaml(path)
     world = 4 if "paper" in path.name else 1
@@ -90,8 +92,8 @@ def test_response_logprobs_match_a_per_row_forward(tiny_model_dir):
                SimpleNamespace(prompt_index=0, token_ids=[40, 41])]
     p = pack(prompts, samples, pad_id=0)
     with torch.no_grad():
-        logp, _ = response_logprobs(model, p["input_ids"], p["attention"], p["prompt_len"], p["response_ids"],
-                                    p["mask"], temperature=0.7)
+        mb = MicroBatch(torch.arange(3), p["input_ids"], p["prompt_len"], p["response_ids"], p["mask"])
+        logp, _ = response_logprobs(model, mb, temperature=0.7, chunk_tokens=2)
         for b, s in enumerate(samples):
             seq = torch.tensor([prompts[s.prompt_index] + s.token_ids])
             logits = model(input_ids=seq).logits[0].float() / 0.7

@@ -21,7 +21,6 @@ class Rollouts:
     """One rank's rollouts of a step, verified."""
 
     input_ids: torch.Tensor  # (B, L) long, right-padded prompt + response
-    attention: torch.Tensor  # (B, L) bool
     prompt_len: torch.Tensor  # (B,) long
     response_ids: torch.Tensor  # (B, T) long
     mask: torch.Tensor  # (B, T) bool, True on response tokens
@@ -57,8 +56,7 @@ class MicroBatch:
     """Rows of :class:`Rollouts`, cut to their own longest sequence (``L_mb``) and response (``T_mb``)."""
 
     rows: torch.Tensor  # (b,) long, indices into the step's rollouts
-    input_ids: torch.Tensor  # (b, L_mb)
-    attention: torch.Tensor  # (b, L_mb) bool
+    input_ids: torch.Tensor  # (b, L_mb), right-padded (no attention mask is needed: see prl.training.forward)
     prompt_len: torch.Tensor  # (b,)
     response_ids: torch.Tensor  # (b, T_mb)
     mask: torch.Tensor  # (b, T_mb) bool
@@ -69,8 +67,8 @@ class MicroBatch:
         return int(self.input_ids.shape[0] * self.input_ids.shape[1])
 
     def to(self, device: torch.device) -> "MicroBatch":
-        return MicroBatch(self.rows, *(x.to(device) for x in (self.input_ids, self.attention, self.prompt_len,
-                                                              self.response_ids, self.mask)))
+        return MicroBatch(self.rows, *(x.to(device) for x in (self.input_ids, self.prompt_len, self.response_ids,
+                                                              self.mask)))
 
 
 def pack(prompt_ids: list[list[int]], samples: list, pad_id: int) -> dict[str, torch.Tensor]:
@@ -80,20 +78,18 @@ def pack(prompt_ids: list[list[int]], samples: list, pad_id: int) -> dict[str, t
     L = max(len(x) for x in seqs)
     T = max(max(len(s.token_ids) for s in samples), 1)
     input_ids = torch.full((B, L), pad_id, dtype=torch.long)
-    attention = torch.zeros(B, L, dtype=torch.bool)
     response = torch.full((B, T), pad_id, dtype=torch.long)
     mask = torch.zeros(B, T, dtype=torch.bool)
     rollout_logp = torch.zeros(B, T, dtype=torch.float32)
     for b, (seq, s) in enumerate(zip(seqs, samples)):
         input_ids[b, : len(seq)] = torch.tensor(seq)
-        attention[b, : len(seq)] = True
         n = len(s.token_ids)
         response[b, :n] = torch.tensor(s.token_ids, dtype=torch.long)
         mask[b, :n] = True
         if getattr(s, "logprobs", None) is not None:
             rollout_logp[b, :n] = torch.tensor(s.logprobs, dtype=torch.float32)
     prompt_len = torch.tensor([len(prompt_ids[s.prompt_index]) for s in samples], dtype=torch.long)
-    return {"input_ids": input_ids, "attention": attention, "prompt_len": prompt_len, "response_ids": response,
+    return {"input_ids": input_ids, "prompt_len": prompt_len, "response_ids": response,
             "mask": mask, "rollout_logp": rollout_logp}
 
 
@@ -101,8 +97,7 @@ def micro_batch(r: Rollouts, rows: torch.Tensor) -> MicroBatch:
     """``rows`` of ``r`` cut to their own longest sequence and response."""
     L = int(r.lengths[rows].max())
     T = max(int(r.mask[rows].sum(1).max()), 1)
-    return MicroBatch(rows, r.input_ids[rows, :L], r.attention[rows, :L], r.prompt_len[rows], r.response_ids[rows, :T],
-                      r.mask[rows, :T])
+    return MicroBatch(rows, r.input_ids[rows, :L], r.prompt_len[rows], r.response_ids[rows, :T], r.mask[rows, :T])
 
 
 def split_rows(rows: torch.Tensor, lengths: torch.Tensor, *, size: int, budget: int = 0,

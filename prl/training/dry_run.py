@@ -3,16 +3,16 @@
 For a config such as ``configs/train/paper_qwen2.5_math_1.5b.yaml`` it resolves and shows:
 
 - the validated config for the planned world size (``--gpus-per-node`` × ``--nodes``);
-- the DeepSpeed config the trainer will pass to ``deepspeed.initialize`` (:func:`prl.training.train.ds_config`);
+- the DeepSpeed config the trainer will pass to ``deepspeed.initialize`` (:func:`prl.training.distributed.ds_config`);
 - the model: a local Hugging Face directory, or — for a hub id that is not on disk — the public
   ``config.json`` shipped in ``configs/models/`` (package data ``prl.model_configs``); parameters are
   counted on torch's meta device (nothing allocated, no weights needed);
 - per-GPU memory of the model states for the chosen ZeRO stage from **DeepSpeed's own estimators**
   (``estimate_zero2_model_states_mem_needs`` / ``estimate_zero3_model_states_mem_needs``, and the
-  table their ``*_cold`` variants print), plus the frozen reference model's copy. ZeRO 0 is the ZeRO-2
-  estimate on one GPU (nothing partitioned); ZeRO 1 is bounded by it (DeepSpeed has no stage-1
-  estimator). Activations, the vLLM KV cache (``gpu_memory_utilization``) and CUDA's own overhead
-  come on top: the estimators leave them out and so does this plan;
+  table their ``*_cold`` variants print);
+- the memory of one rank term by term — model states, reference, the rollout engine, activations,
+  the log-prob chunk, CUDA's own overhead — in each phase of a step, and whether it **fits** on a named
+  device (:mod:`prl.training.memory`; ``--device``), with what to change when it does not;
 - tokens per step (upper bound: every response at ``max_tokens``) and per rank;
 - the chat template and the prompt it renders for a benchmark problem, and how the tokenizer splits a
   sample solution into steps under the config's ``step_split`` (and under ``text:\\n\\n`` for
@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,8 @@ from prl_core.steps import parse_split, step_boundaries
 from prl.data.datasets import load_dataset
 from prl.generation.prompts import build_prompt, template_record
 from prl.training.config import RunConfig
-from prl.training.train import ds_config
+from prl.training import memory as mem
+from prl.training.distributed import ds_config
 
 GIB = 1024 ** 3
 SAMPLE_DATASET = "math500"
@@ -110,14 +111,16 @@ def parameter_counts(config_path: Path) -> dict[str, Any]:
         model = AutoModelForCausalLM.from_config(config)
     total = sum(p.numel() for p in model.parameters())  # shared (tied) tensors once
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     return {"architecture": type(model).__name__, "total": int(total), "largest_layer": int(largest),
             "tie_word_embeddings": bool(getattr(config, "tie_word_embeddings", False)),
             "hidden_size": config.hidden_size, "layers": config.num_hidden_layers,
-            "vocab_size": config.vocab_size, "max_position_embeddings": getattr(config, "max_position_embeddings", None)}
+            "vocab_size": config.vocab_size, "max_position_embeddings": getattr(config, "max_position_embeddings", None),
+            "kv_dim": int(getattr(config, "num_key_value_heads", heads) * head_dim)}
 
 
-def memory_estimate(total: int, largest: int, *, stage: int, gpus_per_node: int, nodes: int, dtype: str,
-                    ref_offload: bool) -> dict[str, Any]:
+def memory_estimate(total: int, largest: int, *, stage: int, gpus_per_node: int, nodes: int) -> dict[str, Any]:
     """Per-GPU and per-node CPU memory (GiB) of the model states for ``stage``, from DeepSpeed's estimators
     (no offload: the trainer's DeepSpeed config offloads nothing), and the printed ``*_cold`` table."""
     from deepspeed.runtime.zero.stage3 import (estimate_zero3_model_states_mem_needs,
@@ -141,12 +144,7 @@ def memory_estimate(total: int, largest: int, *, stage: int, gpus_per_node: int,
                1: "DeepSpeed estimate_zero2_model_states_mem_needs (an upper bound for ZeRO 1, which keeps "
                   "whole gradients; DeepSpeed has no stage-1 estimator)",
                2: "DeepSpeed estimate_zero2_model_states_mem_needs (no offload)"}[stage]
-    bytes_per_param = 2 if dtype == "bfloat16" else 4
-    reference = total * bytes_per_param
     return {"stage": stage, "method": how, "model_states_gpu_gib": gpu / GIB, "model_states_cpu_gib": cpu / GIB,
-            "reference_gib": reference / GIB, "reference_on": "cpu" if ref_offload else "gpu",
-            "total_gpu_gib": (gpu + (0 if ref_offload else reference)) / GIB,
-            "not_included": "activations, the vLLM engine's weights and KV cache (gpu_memory_utilization), CUDA context",
             "deepspeed_table": table.getvalue().strip()}
 
 
@@ -177,17 +175,120 @@ def sample_problem() -> tuple[int, str, str]:
     raise ConfigError(f"{SAMPLE_DATASET}: no solution of {SAMPLE_MIN_CHARS}+ characters to preview")
 
 
-def plan(cfg: RunConfig, *, gpus_per_node: int = 1, nodes: int = 1) -> dict[str, Any]:
-    """Everything ``prl train`` on ``gpus_per_node`` × ``nodes`` GPUs needs, resolved (module docstring)."""
+def longest_prompt_tokens(t, tokenizer, sample_tokens: int, *, limit: int = 2000) -> dict[str, Any]:
+    """The longest rendered prompt (tokens) the run will see, from up to ``limit`` of its training problems when
+    they are at hand; otherwise the benchmark sample's prompt (and the plan says so)."""
+    try:
+        if t.train_data == "synth_train":
+            from prl.data import synthetic
+
+            problems = [r["problem"] for r in synthetic.generate("train", min(limit, t.train_size), seed=t.seed)]
+        elif Path(t.train_data).is_file():
+            problems = [p.problem for p in load_dataset(t.train_data)[0][:limit]]
+        else:
+            raise FileNotFoundError(t.train_data)
+    except (FileNotFoundError, OSError):
+        return {"tokens": sample_tokens, "from": f"the {SAMPLE_DATASET} sample's prompt ({t.train_data} is not here)"}
+    lengths = [len(x) for x in tokenizer([build_prompt(tokenizer, p) for p in problems],
+                                         add_special_tokens=False)["input_ids"]]
+    return {"tokens": max(lengths), "from": f"the longest of {len(problems)} training prompts of {t.train_data}"}
+
+
+def plan_rank_memory(t, source: ModelSource, params: dict[str, Any], memory: dict[str, Any], *, world: int,
+                     device: str, prompt_tokens: int, rollouts_per_rank: int) -> dict[str, Any]:
+    """:func:`prl.training.memory.plan_memory` for this config, the layer probed on the model's own architecture;
+    when it does not fit, each fix re-planned; with ``ref_offload``, the reference's CPU time per step."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(source.config_path.parent))
+    dtype = torch.bfloat16 if t.dtype == "bfloat16" else torch.float32
+    shape = mem.ModelShape(params=params["total"], largest_layer=params["largest_layer"], layers=params["layers"],
+                           hidden=params["hidden_size"], vocab=params["vocab_size"], kv_dim=params["kv_dim"])
+    profile = mem.probe_layer(config, dtype)
+    if device == "cpu":
+        capacity = machine_memory_gib()
+        baseline = cpu_baseline_bytes(t.engine)
+    else:
+        capacity, baseline = mem.GPUS[device], 0.0
+    kw = dict(shape=shape, profile=profile, world=world, device=device, capacity_gib=capacity,
+              prompt_tokens=prompt_tokens, rollouts_per_rank=rollouts_per_rank, baseline_bytes=baseline)
+
+    def states(stage: int) -> float:  # DeepSpeed's estimate of the model states per GPU for a ZeRO stage
+        if stage == t.zero_stage:
+            return memory["model_states_gpu_gib"] * GIB
+        return memory_estimate(params["total"], params["largest_layer"], stage=stage, gpus_per_node=world,
+                               nodes=1)["model_states_gpu_gib"] * GIB
+
+    out = mem.plan_memory(t=t, deepspeed_gpu_bytes=states(t.zero_stage), **kw)
+    out["fixes"] = []
+    if not out["fits"]:
+        for change, why in mem.fixes(out, t):
+            changed = replace(t, **change)
+            again = mem.plan_memory(t=changed, deepspeed_gpu_bytes=states(changed.zero_stage), **kw)
+            out["fixes"].append({"change": change, "why": why, "peak_gib": again["peak_gib"], "fits": again["fits"]})
+    if t.ref_offload:
+        out["reference_cpu_seconds_per_step"] = reference_cpu_seconds(params["total"], rollouts_per_rank,
+                                                                      prompt_tokens + t.max_tokens)
+    return out
+
+
+def machine_memory_gib() -> float:
+    import psutil
+
+    return psutil.virtual_memory().total / GIB
+
+
+def cpu_baseline_bytes(engine: str) -> float:
+    """This process's resident memory with what a training process imports before it loads a model (torch,
+    transformers, DeepSpeed and, for the vllm engine, vLLM): the CPU plan's overhead term."""
+    import psutil
+
+    if engine == "vllm":
+        with contextlib.redirect_stderr(io.StringIO()):
+            import vllm  # noqa: F401 - imported for its resident memory
+    import deepspeed  # noqa: F401
+    import transformers  # noqa: F401
+
+    return float(psutil.Process().memory_info().rss)
+
+
+def reference_cpu_seconds(params: int, rollouts: int, sequence: int) -> dict[str, float]:
+    """The reference's forward pass on the CPU for one step of this rank (2 FLOPs per parameter and token), at
+    this machine's measured fp32 matrix-multiply rate (the GPU node's CPU may differ)."""
+    import time
+
+    n, reps = 1024, 5
+    a = torch.randn(n, n)
+    torch.mm(a, a)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        torch.mm(a, a)
+    flops = 2 * n ** 3 * reps / (time.perf_counter() - t0)
+    work = 2.0 * params * rollouts * sequence
+    return {"seconds": work / flops, "gflops_measured": flops / 1e9, "tokens": rollouts * sequence}
+
+
+def default_device(cfg: RunConfig) -> str:
+    """The device a config is planned for unless told: the CPU for float32 configs (the embedded default), an
+    80 GB H100 (the paper's) for bfloat16 ones."""
+    return "cpu" if cfg.train.dtype == "float32" else "H100-80GB"
+
+
+def plan(cfg: RunConfig, *, gpus_per_node: int = 1, nodes: int = 1, device: str | None = None) -> dict[str, Any]:
+    """Everything ``prl train`` on ``gpus_per_node`` × ``nodes`` devices needs, resolved (module docstring);
+    the memory of one rank planned on ``device`` (a name of :data:`prl.training.memory.GPUS`, or 'cpu')."""
     if gpus_per_node < 1 or nodes < 1:
         raise ConfigError(f"--gpus-per-node and --nodes must be >= 1, got {gpus_per_node} and {nodes}")
+    device = device or default_device(cfg)
+    if device != "cpu" and device not in mem.GPUS:
+        raise ConfigError(f"--device: expected cpu or one of {', '.join(mem.GPUS)}, got {device!r}")
     t, algo = cfg.train, cfg.algorithm
     world = gpus_per_node * nodes
     t.validate(algo, world)
     source = resolve_model(t.model)
     params = parameter_counts(source.config_path)
     memory = memory_estimate(params["total"], params["largest_layer"], stage=t.zero_stage,
-                             gpus_per_node=gpus_per_node, nodes=nodes, dtype=t.dtype, ref_offload=t.ref_offload)
+                             gpus_per_node=gpus_per_node, nodes=nodes)
     tokenizer = load_tokenizer(source)
     index, problem, solution = sample_problem()
     problem_id = load_dataset(SAMPLE_DATASET)[0][index].problem_id
@@ -200,6 +301,10 @@ def plan(cfg: RunConfig, *, gpus_per_node: int = 1, nodes: int = 1) -> dict[str,
                         f"({params['max_position_embeddings']}): long responses end with finish_reason 'length'")
     else:
         context_note = None
+    longest = longest_prompt_tokens(t, tokenizer, prompt_tokens)
+    memory_plan = plan_rank_memory(t, source, params, memory, world=world, device=device,
+                                   prompt_tokens=longest["tokens"], rollouts_per_rank=rollouts // world)
+    memory_plan["prompt_tokens_from"] = longest["from"]
     return {
         "config": cfg.to_dict(),
         "world": {"gpus_per_node": gpus_per_node, "nodes": nodes, "world_size": world,
@@ -210,6 +315,7 @@ def plan(cfg: RunConfig, *, gpus_per_node: int = 1, nodes: int = 1) -> dict[str,
         "deepspeed": ds_config(t, world),
         "model": {**asdict(source), "config_path": str(source.config_path), **params},
         "memory": memory,
+        "memory_plan": memory_plan,
         "tokens": {"rollouts_per_step": rollouts, "rollouts_per_rank": rollouts // world,
                    "response_tokens_per_step_max": rollouts * t.max_tokens,
                    "response_tokens_per_rank_max": rollouts // world * t.max_tokens,
@@ -224,6 +330,37 @@ def plan(cfg: RunConfig, *, gpus_per_node: int = 1, nodes: int = 1) -> dict[str,
     }
 
 
+def render_memory(mp: dict[str, Any]) -> list[str]:
+    """The memory plan of one rank, term by term, and the verdict."""
+    where = "CPU" if mp["device"] == "cpu" else mp["device"]
+    inp = mp["inputs"]
+    lines = [f"Memory of one rank on {where} ({mp['capacity_gib']:.1f} GiB): micro-batch of {inp['micro_batch_tokens']:,} "
+             f"positions (sequences of up to {inp['sequence']:,} tokens; prompts of up to {inp['prompt_tokens']} tokens "
+             f"from {mp.get('prompt_tokens_from', '?')})",
+             f"  {'term':<16}{'rollout':>9}{'logprobs':>10}{'update':>9}   how"]
+    for term in mp["terms"]:
+        by = term["phases"] or {k: term["gib"] for k in ("rollout", "logprobs", "update")}
+        lines.append(f"  {term['name']:<16}{by['rollout']:>9.2f}{by['logprobs']:>10.2f}{by['update']:>9.2f}   {term['how']}")
+    ph = mp["phases_gib"]
+    lines.append(f"  {'total (GiB)':<16}{ph['rollout']:>9.2f}{ph['logprobs']:>10.2f}{ph['update']:>9.2f}")
+    if mp["fits"]:
+        lines.append(f"  FITS: peak {mp['peak_gib']:.1f} GiB in the {mp['peak_phase']} phase, {mp['headroom_gib']:.1f} GiB "
+                     f"to spare on {where}")
+    else:
+        lines.append(f"  DOES NOT FIT: peak {mp['peak_gib']:.1f} GiB in the {mp['peak_phase']} phase, "
+                     f"{-mp['headroom_gib']:.1f} GiB more than {where} has. What to change:")
+        for f in mp["fixes"]:
+            change = ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in f["change"].items())
+            lines.append(f"    train.{change}  ({f['why']}) -> peak {f['peak_gib']:.1f} GiB"
+                         f"{', fits' if f['fits'] else ''}")
+    if "reference_cpu_seconds_per_step" in mp:
+        r = mp["reference_cpu_seconds_per_step"]
+        lines.append(f"  WARNING: ref_offload runs the reference on the CPU: ~{r['seconds'] / 60:.0f} min per step for "
+                     f"{r['tokens']:,} tokens at this machine's {r['gflops_measured']:.0f} GFLOP/s; under ZeRO-3 the "
+                     "reference is partitioned on the GPUs instead")
+    return lines
+
+
 def render(p: dict[str, Any]) -> str:
     """The plan as the console shows it."""
     m, mem, tok, w = p["model"], p["memory"], p["tokens"], p["world"]
@@ -235,16 +372,16 @@ def render(p: dict[str, Any]) -> str:
         f"{m['layers']} layers, hidden {m['hidden_size']}, vocab {m['vocab_size']}, context {m['max_position_embeddings']}, "
         f"tied embeddings {m['tie_word_embeddings']}",
         f"  world       {w['world_size']} GPU(s) = {w['gpus_per_node']} per node x {w['nodes']} node(s); launch: {w['launch']}",
-        f"  memory/GPU  model states {mem['model_states_gpu_gib']:.1f} GiB (ZeRO {mem['stage']}, {t['dtype']}) + reference "
-        f"{mem['reference_gib']:.1f} GiB on {mem['reference_on']} = {mem['total_gpu_gib']:.1f} GiB; CPU per node "
-        f"{mem['model_states_cpu_gib']:.1f} GiB",
-        f"              method: {mem['method']}; not included: {mem['not_included']}",
+        f"  ZeRO        stage {mem['stage']} ({t['dtype']}): DeepSpeed's estimate of the model states "
+        f"{mem['model_states_gpu_gib']:.1f} GiB per GPU, {mem['model_states_cpu_gib']:.1f} GiB of CPU memory per node",
+        f"              method: {mem['method']}",
         f"  tokens      {tok['rollouts_per_step']} rollouts/step ({tok['rollouts_per_rank']}/rank), at most "
         f"{tok['response_tokens_per_step_max']:,} response tokens/step ({tok['response_tokens_per_rank_max']:,}/rank); "
         f"{tok['optimizer_updates_per_step']} optimizer update(s)/step of {tok['micro_batches_per_update']} micro-batches",
     ]
     if tok["context_note"]:
         lines.append(f"              note: {tok['context_note']}")
+    lines += [""] + render_memory(p["memory_plan"])
     lines += ["", "DeepSpeed config:", json.dumps(p["deepspeed"], indent=2), "",
               "DeepSpeed's estimate for all ZeRO options of this stage (*_cold):", mem["deepspeed_table"], "",
               f"Chat template ({p['prompt']['format']}, sha256 {p['prompt']['template_sha256'][:16]}…); the prompt "

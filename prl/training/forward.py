@@ -1,5 +1,8 @@
 """The trainer's forward pass: response-token log-probs (and entropy) of a micro-batch, without the logits.
 
+Sequences are right-padded, so no attention mask is passed: under causal attention a real token never
+reaches the padding after it (its hidden state is the same, tested), and without a mask attention runs
+its causal kernels (flash / memory-efficient on GPUs) instead of materialising a (b, heads, L, L) mask.
 The model is called as a whole (through DeepSpeed's engine when training, so ZeRO-3's parameter hooks
 see the usual order) with ``logits_to_keep=1``: the LM head runs on one position per row. The final
 hidden states (after the last norm) are read off the decoder with a forward hook; only the response
@@ -35,7 +38,7 @@ def response_logprobs(model, mb: MicroBatch, *, temperature: float = 1.0, chunk_
 
     hook = hf.get_decoder().register_forward_hook(keep)
     try:
-        model(input_ids=mb.input_ids, attention_mask=mb.attention.long(), logits_to_keep=1, use_cache=False)
+        model(input_ids=mb.input_ids, logits_to_keep=1, use_cache=False)
     finally:
         hook.remove()
     hidden = captured[-1]  # (b, L_mb, H); with gradient checkpointing the decoder ran once in this pass

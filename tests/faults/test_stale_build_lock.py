@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-INIT = "from prl.training.train import init_distributed; print('RANKS', *init_distributed())"
+INIT = "from prl.training.distributed import init_distributed; print('RANKS', *init_distributed())"
 
 
 def test_training_starts_beside_a_stale_extension_build_lock(tmp_path):
