@@ -11,6 +11,7 @@ import sys
 from prl.generation.engines.base import check_model_dir
 from prl import logs
 from prl.training.config import add_run_arguments, run_config_from_args
+from prl.training.memory import GPUS
 
 
 def _cmd_dry_run(args: argparse.Namespace) -> int:
@@ -21,8 +22,8 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
 
     logs.log_to(Path(cfg.train.out_dir).with_name(Path(cfg.train.out_dir).name + ".dry-run.log"))
     with contextlib.redirect_stdout(sys.stderr):  # library chatter off stdout, which carries the plan
-        plan = dry_run.plan(cfg, gpus_per_node=args.gpus_per_node, nodes=args.nodes)
-    print(dry_run.render(plan))
+        plan = dry_run.plan(cfg, gpus_per_node=args.gpus_per_node, nodes=args.nodes, device=args.device)
+    print(json.dumps(plan, indent=2, default=str) if args.json else dry_run.render(plan))
     if args.plan_json:
         Path(args.plan_json).write_text(json.dumps(plan, indent=2, default=str) + "\n")
         print(f"[dry-run] plan written to {args.plan_json}", file=sys.stderr)
@@ -71,20 +72,28 @@ The config file has an 'algorithm:' and a 'train:' section (configs/train/*.yaml
 settings are refused before anything starts. --resume continues from the last checkpoint with
 the same step count and data order. Several processes: deepspeed --num_gpus N --module prl.training.train --config FILE.
 
---dry-run starts nothing: it resolves and prints what a GPU run of the config needs (the DeepSpeed
-config, per-GPU memory from DeepSpeed's estimators for the ZeRO stage, tokens per step, the chat
-template and how the tokenizer splits a solution into steps). A hub id whose config.json ships in
-configs/models (Qwen/Qwen2.5-Math-1.5B) needs no download.
+--dry-run starts nothing: it resolves and prints what a run of the config needs: the DeepSpeed
+config; the memory of one rank term by term (model states from DeepSpeed's estimators, reference,
+the rollout engine's share, activations measured on one layer of the model's own architecture, the
+log-prob chunk, CUDA's overhead) in each phase of a step, and whether it FITS on --device, with what
+to change when it does not; tokens per step; the chat template and how the tokenizer splits a
+solution into steps. A hub id whose config.json ships in configs/models (Qwen/Qwen2.5-Math-1.5B,
+Qwen/Qwen2.5-Math-7B) needs no download. --json prints the same plan as JSON.
 
 example:
   prl train --config configs/train/tiny_prl.yaml --db runs/store.duckdb --steps 20
   prl train --config configs/train/tiny_prl.yaml --resume
   prl train --config configs/train/paper_qwen2.5_math_1.5b.yaml --dry-run --gpus-per-node 4
+  prl train --config configs/train/paper_qwen2.5_math_7b.yaml --dry-run --gpus-per-node 8 --device H100-80GB --json
 """)
     add_run_arguments(p)  # the same options as the training script (prl.training.config)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--dry-run", action="store_true", help="print the plan of a GPU run of this config; start nothing")
     p.add_argument("--gpus-per-node", type=int, default=1, help="--dry-run: GPUs per node (default 1)")
     p.add_argument("--nodes", type=int, default=1, help="--dry-run: nodes (default 1)")
+    p.add_argument("--device", default=None, choices=["cpu", *GPUS],
+                   help="--dry-run: the device one rank is planned on (default: cpu for float32 configs, H100-80GB "
+                        "for bfloat16 ones)")
+    p.add_argument("--json", action="store_true", help="--dry-run: print the plan as JSON instead of text")
     p.add_argument("--plan-json", default=None, metavar="FILE", help="--dry-run: also write the plan as JSON")
     p.set_defaults(func=_cmd_train)

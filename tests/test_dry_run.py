@@ -1,5 +1,6 @@
-"""`prl train --dry-run` (issue 15): the paper's Qwen2.5-Math-1.5B run planned offline, from the shipped
-public config.json and the offline Qwen2.5 tokenizer, with DeepSpeed's own memory estimators."""
+"""`prl train --dry-run` (issues 15, 26): the paper's Qwen2.5-Math-1.5B and 7B runs planned offline, from the
+shipped public config.json files and the offline Qwen2.5 tokenizer, with DeepSpeed's own estimators for the
+model states and the rest of a rank's memory term by term (prl.training.memory)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from prl.training.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "configs" / "train" / "paper_qwen2.5_math_1.5b.yaml"
+PAPER_7B = ROOT / "configs" / "train" / "paper_qwen2.5_math_7b.yaml"
 GB = 1e9
 
 
@@ -52,7 +54,8 @@ def test_memory_follows_deepspeeds_zero2_formula(paper_plan):
     p, mem = paper_plan["model"]["total"], paper_plan["memory"]
     assert mem["stage"] == 2 and "estimate_zero2" in mem["method"]
     assert mem["model_states_gpu_gib"] * 1024 ** 3 == pytest.approx(2 * p + int(18 * p / 4), abs=1)
-    assert mem["reference_on"] == "cpu" and mem["total_gpu_gib"] == mem["model_states_gpu_gib"]  # ref_offload: true
+    states = next(t for t in paper_plan["memory_plan"]["terms"] if t["name"] == "model states")
+    assert states["gib"] == mem["model_states_gpu_gib"]  # the plan's term is DeepSpeed's estimate
     assert "offload_optimizer=none" in mem["deepspeed_table"] and "4 GPUs per node" in mem["deepspeed_table"]
 
 
@@ -109,7 +112,86 @@ def test_cli_prints_the_plan_and_writes_json(tmp_path):
                         "--gpus-per-node", "4", "--out", str(tmp_path / "run"), "--plan-json", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "1.544 B parameters" in r.stdout and "ZeRO 2, bfloat16" in r.stdout and "'text:\\\\n\\\\n'" in r.stdout
+    assert "1.544 B parameters" in r.stdout and "stage 2 (bfloat16)" in r.stdout and "'text:\\\\n\\\\n'" in r.stdout
+    assert "FITS: peak" in r.stdout and "on H100-80GB" in r.stdout
+    for term in ("model states", "reference", "engine", "activations", "log-prob chunk", "overhead"):
+        assert f"  {term}" in r.stdout, term
     assert json.loads(out.read_text())["tokens"]["rollouts_per_step"] == 640
     assert not (tmp_path / "run").exists()  # nothing started, nothing written but the log beside it
     assert "WARNING" not in r.stderr  # DeepSpeed's accelerator warning goes to the log file
+
+
+# ─── the memory plan (issue 26) ────────────────────────────────────────────────────────────────
+
+def _terms(plan, phase):
+    return {t["name"]: (t["phases"] or {}).get(phase, t["gib"]) for t in plan["memory_plan"]["terms"]}
+
+
+@pytest.mark.parametrize("config, gpus", [(PAPER, 4), (PAPER_7B, 8)], ids=["1.5b-4xH100", "7b-8xH100"])
+def test_both_paper_configs_fit_80gb_h100s_with_every_term_counted(config, gpus):
+    plan = dry_run.plan(RunConfig.from_yaml(config), gpus_per_node=gpus, device="H100-80GB")
+    mp = plan["memory_plan"]
+    assert mp["fits"] and mp["peak_gib"] <= mp["capacity_gib"] == pytest.approx(81559 / 1024)
+    # the paper's batch: 128 prompts x 5 samples, 3,072-token responses, one optimizer update per step
+    assert plan["tokens"]["rollouts_per_step"] == 640 and plan["tokens"]["optimizer_updates_per_step"] == 1
+    assert plan["config"]["train"]["max_tokens"] == 3072
+    for phase, total in mp["phases_gib"].items():  # every phase is the sum of its terms
+        assert sum(_terms(plan, phase).values()) == pytest.approx(total)
+    t = plan["config"]["train"]
+    assert t["gradient_checkpointing"] and t["rollout_sleep_level"] == 2 and not t["ref_offload"]
+    engine = _terms(plan, "rollout")["engine"]
+    assert engine == pytest.approx(t["rollout_memory_utilization"] * mp["capacity_gib"])  # vLLM's share, awake
+    assert _terms(plan, "update")["engine"] < 1  # asleep during the update
+    assert _terms(plan, "update")["reference"] > 0  # on the GPU, not on the CPU
+
+
+def test_the_7b_config_is_zero3_on_the_shipped_7b_config():
+    plan = dry_run.plan(RunConfig.from_yaml(PAPER_7B), gpus_per_node=8)
+    m = plan["model"]
+    config = json.loads(Path(m["config_path"]).read_text())
+    assert m["name"] == "Qwen/Qwen2.5-Math-7B" and m["total"] == qwen2_parameters(config)
+    assert 7.6e9 < m["total"] < 7.7e9 and not m["tie_word_embeddings"]
+    assert plan["deepspeed"]["zero_optimization"] == {"stage": 3} and plan["deepspeed"]["train_batch_size"] == 640
+    p = m["total"]  # ZeRO-3 without offload (DeepSpeed 0.19.8): the largest layer x 4 B + 18 B/param over 8 GPUs
+    assert plan["memory"]["model_states_gpu_gib"] * 1024 ** 3 == pytest.approx(4 * m["largest_layer"] + int(18 * p / 8),
+                                                                              abs=1)
+    ref = _terms(plan, "update")["reference"] * 1024 ** 3
+    assert ref == pytest.approx(2 * p / 8 + 2 * m["largest_layer"])  # partitioned, one layer gathered
+
+
+def test_an_oversized_config_does_not_fit_and_names_the_term_and_the_fix():
+    cfg = RunConfig.from_yaml(PAPER)
+    cfg.train.micro_batch_size, cfg.train.mini_batch_size, cfg.train.gradient_checkpointing = 64, 160, False
+    cfg.train.mini_batch_size = 128
+    cfg.algorithm.n_samples = 4  # 128 prompts x 4 / 4 GPUs = 128 rollouts per rank, a multiple of 64
+    plan = dry_run.plan(cfg, gpus_per_node=4, device="H100-80GB")
+    mp = plan["memory_plan"]
+    assert not mp["fits"] and mp["peak_phase"] == "update"
+    terms = _terms(plan, "update")
+    assert max(terms, key=terms.get) == "activations"
+    first = mp["fixes"][0]  # the largest term's fix first, re-planned: what it would give
+    assert first["change"] == {"gradient_checkpointing": True} and first["peak_gib"] < mp["peak_gib"] / 2
+    assert {"micro_batch_size": 32} in [f["change"] for f in mp["fixes"]]
+    text = "\n".join(dry_run.render_memory(mp))
+    assert "DOES NOT FIT" in text and "train.gradient_checkpointing: true" in text and "activations" in text
+
+
+def test_ref_offload_is_planned_on_the_cpu_with_its_time_per_step():
+    cfg = RunConfig.from_yaml(PAPER)
+    cfg.train.ref_offload = True
+    mp = dry_run.plan(cfg, gpus_per_node=4)["memory_plan"]
+    assert _terms({"memory_plan": mp}, "update")["reference"] == 0
+    r = mp["reference_cpu_seconds_per_step"]
+    assert r["tokens"] == 160 * (mp["inputs"]["prompt_tokens"] + 3072) and r["seconds"] > 60
+    assert "WARNING: ref_offload" in "\n".join(dry_run.render_memory(mp))
+
+
+def test_cli_json_is_the_plan(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "prl_cli", "train", "--config", str(PAPER_7B), "--dry-run",
+                        "--gpus-per-node", "8", "--device", "H200-141GB", "--json", "--out", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    plan = json.loads(r.stdout)
+    assert plan["memory_plan"]["device"] == "H200-141GB" and plan["memory_plan"]["fits"]
+    assert {t["name"] for t in plan["memory_plan"]["terms"]} == {"model states", "reference", "engine", "activations",
+                                                                 "log-prob chunk", "overhead"}

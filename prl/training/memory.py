@@ -39,10 +39,6 @@ import copy
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import torch
-
-from prl_core.logprobs import CHUNK_BYTES_PER_LOGIT
-
 GIB = 1024 ** 3
 
 GPUS: dict[str, float] = {
@@ -89,11 +85,12 @@ class LayerProfile:
     dtype: str
 
 
-def probe_layer(config, dtype: torch.dtype, tokens: tuple[int, int] = (16, 48)) -> LayerProfile:
+def probe_layer(config, dtype, tokens: tuple[int, int] = (16, 48)) -> LayerProfile:
     """Bytes per token that one decoder layer of ``config``'s architecture keeps for backward, with and without
     gradient checkpointing: the layer is built at its real width (uninitialised weights, one layer only), run
     on two sequence lengths, and every tensor autograd saves is counted once (by storage); the difference
     between the lengths divided by the tokens is the per-token cost (attention here is linear in length)."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     cfg = copy.deepcopy(config)
@@ -169,6 +166,8 @@ def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, devi
     ``prompt_tokens``: the longest prompt expected. ``baseline_bytes``: the CPU process's memory before any
     model (measured by the caller); unused on GPUs.
     """
+    from prl_core.logprobs import CHUNK_BYTES_PER_LOGIT
+
     on_gpu = device != "cpu"
     e = 2 if t.dtype == "bfloat16" else 4
     P, L, H, V = shape.params, shape.layers, shape.hidden, shape.vocab
@@ -196,6 +195,12 @@ def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, devi
                 awake = t.rollout_memory_utilization * capacity_gib * GIB
                 eng_how = (f"vLLM's share {t.rollout_memory_utilization} of the device (weights {weights / GIB:.1f} GiB, "
                            f"the rest KV cache and work space)")
+            kv_bytes = awake - weights - VLLM_WORKSPACE_GIB * GIB
+            per_token = L * 2 * shape.kv_dim * e
+            need = rollouts_per_rank * seq
+            eng_how += (f"; KV cache for ~{max(kv_bytes, 0) / per_token:,.0f} tokens, the rank's rollouts need up to "
+                        f"{need:,}" + ("" if kv_bytes >= need * per_token else
+                                       " (vLLM then runs them in waves: slower, not out of memory)"))
             asleep = VLLM_ASLEEP_GIB * GIB if t.rollout_sleep_level else awake
             if t.rollout_sleep_level:
                 eng_how += f"; asleep during the update (level {t.rollout_sleep_level}): ~{VLLM_ASLEEP_GIB} GiB"
@@ -219,26 +224,29 @@ def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, devi
     chunk_tokens = min(t.logprob_chunk_tokens, response_tokens)
     chunk = CHUNK_BYTES_PER_LOGIT * chunk_tokens * V + 2 * response_tokens * H * e
     chunk_how = f"{CHUNK_BYTES_PER_LOGIT} B x {chunk_tokens} tokens x {V:,} vocabulary (fp32 logits, two at a time)"
-    nograd = tokens * (2 * H * e + profile.saved) + chunk  # the hidden state and one layer's temporaries
+    nograd = tokens * (2 * H * e + profile.saved)  # the hidden state and one layer's temporaries
     if on_gpu:
-        overhead = (CUDA_CONTEXT_GIB + (NCCL_GIB if world > 1 else 0.0)) * GIB + FRAGMENTATION * (acts + chunk)
+        base = (CUDA_CONTEXT_GIB + (NCCL_GIB if world > 1 else 0.0)) * GIB
+        overhead = {"rollout": base, "logprobs": base + FRAGMENTATION * (nograd + chunk),
+                    "update": base + FRAGMENTATION * (acts + chunk)}
         over_how = (f"CUDA context {CUDA_CONTEXT_GIB} GiB" + (f" + NCCL {NCCL_GIB} GiB" if world > 1 else "")
-                    + f" + {FRAGMENTATION:.0%} of activations and chunk (fragmentation)")
+                    + f" + {FRAGMENTATION:.0%} of the phase's activations and chunk (fragmentation)")
     else:
-        overhead, over_how = baseline_bytes, "the process before any model (Python, torch, vLLM), measured"
+        overhead = dict.fromkeys(("rollout", "logprobs", "update"), baseline_bytes)
+        over_how = "the process before any model (Python, torch, vLLM), measured"
 
     phases = {
-        "rollout": states + ref + awake + overhead,
-        "logprobs": states + ref + asleep + nograd + overhead,
-        "update": states + ref + asleep + acts + chunk + overhead,
+        "rollout": states + ref + awake + overhead["rollout"],
+        "logprobs": states + ref + asleep + nograd + chunk + overhead["logprobs"],
+        "update": states + ref + asleep + acts + chunk + overhead["update"],
     }
     terms = [
         Term("model states", states / GIB, states_how),
         Term("reference", ref / GIB, ref_how),
         Term("engine", awake / GIB, eng_how, {"rollout": awake / GIB, "logprobs": asleep / GIB, "update": asleep / GIB}),
         Term("activations", acts / GIB, acts_how, {"rollout": 0.0, "logprobs": nograd / GIB, "update": acts / GIB}),
-        Term("log-prob chunk", chunk / GIB, chunk_how),
-        Term("overhead", overhead / GIB, over_how),
+        Term("log-prob chunk", chunk / GIB, chunk_how, {"rollout": 0.0, "logprobs": chunk / GIB, "update": chunk / GIB}),
+        Term("overhead", max(overhead.values()) / GIB, over_how, {k: v / GIB for k, v in overhead.items()}),
     ]
     peak_phase = max(phases, key=phases.get)
     peak = phases[peak_phase]
