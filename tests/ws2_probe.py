@@ -1,17 +1,21 @@
-"""Launcher target for the world-size-2 test (tests/test_train.py): ``python -m prl.training.train``'s
-command line, unchanged, with each rank recording what it holds after every policy update.
+"""Launcher target for the several-rank tests (tests/test_colocate.py): ``python -m prl.training.train``'s
+command line, unchanged, with each rank recording what it holds after every policy update and where its
+rollout engine runs.
 
 Per rank, ``<out_dir>/ranks/rank<r>.json`` lists one entry per update: a SHA-256 of every policy
-parameter before and after it, and a digest of the rollouts the rank trained on. The ranks must
-train on different rollouts and hold identical parameters after every update (gradients
-all-reduced); the trainer itself writes only rank 0's weights, so this wrapper (test code) reads
-each rank's copy. Run as ``deepspeed --num_gpus 2 tests/ws2_probe.py --config CONFIG``.
+parameter before and after it (gathered whole under ZeRO-3), and a digest of the rollouts the rank trained
+on. ``<out_dir>/ranks/engine<r>.json``: the rank's process-group rank and LOCAL_RANK, where vLLM's own worker
+says it runs (its rank, local rank — the device index on GPUs — device and executor), and the engine's
+memory events in order (generate, sleep, wake_up, weight loads, each with what the engine reports asleep
+after it). The trainer itself writes only rank 0's weights, so this wrapper (test code) reads each rank's
+copy. Run as ``deepspeed --num_gpus 2 tests/ws2_probe.py --config CONFIG``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -35,13 +39,21 @@ def _rollout_digest(r) -> str:
 
 
 _update = train.Trainer.update
+_close = train.Trainer.close
+
+
+def _digests(self) -> dict[str, str]:
+    from prl.training.weight_sync import full_parameters
+
+    with full_parameters(self.engine.module, self.t.zero_stage):
+        return param_digests(self.engine.module.named_parameters())
 
 
 def _recording_update(self, r, lp, rho):
-    before = param_digests(self.engine.module.named_parameters())
+    before = _digests(self)
     out = _update(self, r, lp, rho)
     entry = {"step": self.step_no + 1, "rank": self.rank, "world": self.world, "rollouts": _rollout_digest(r),
-             "before": before, "after": param_digests(self.engine.module.named_parameters())}
+             "before": before, "after": _digests(self)}
     path = Path(self.t.out_dir) / "ranks" / f"rank{self.rank}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     done = json.loads(path.read_text()) if path.exists() else []
@@ -49,7 +61,20 @@ def _recording_update(self, r, lp, rho):
     return out
 
 
+def _recording_close(self):
+    engine = self.rollout_engine
+    if engine is not None:
+        record = {"rank": self.rank, "local_rank": int(os.environ["LOCAL_RANK"]), "events": list(engine.events),
+                  "placement": engine.worker_placement() if hasattr(engine, "worker_placement") else None,
+                  "info": {k: str(v) for k, v in engine.info().items()}}
+        path = Path(self.t.out_dir) / "ranks" / f"engine{self.rank}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record))
+    _close(self)
+
+
 train.Trainer.update = _recording_update
+train.Trainer.close = _recording_close
 
 if __name__ == "__main__":
     sys.exit(train.main())

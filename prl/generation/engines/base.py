@@ -325,7 +325,9 @@ class Engine(ABC):
         self.weight_updates = 0
         self.memory_updates = 0  # of weight_updates, those handed over in memory (load_weight_groups)
         self.asleep: set[str] = set()  # what sleep() released and wake_up() has not taken back
-        self.sleep_calls: list[str] = []  # sleep/wake_up calls in order (the trainer's manifest records them)
+        self.events: list[str] = []
+        """The engine's memory-relevant calls in order (generate, sleep, wake_up, weight loads), each with what the
+        engine reports asleep afterwards; what a test of the trainer's order reads."""
         self.tokenizer = self._load_tokenizer()
         if require_chat_template:
             _prompts.require_chat_template(self.tokenizer)  # PromptError with a clear message
@@ -404,9 +406,9 @@ class Engine(ABC):
         """Give the engine's device memory back until :meth:`wake_up` (no generation in between)."""
         if level not in self.SLEEP_LEVELS:
             raise EngineError(f"sleep level: expected one of {self.SLEEP_LEVELS}, got {level!r}")
-        self.sleep_calls.append(f"sleep({level})")
         self._sleep(level)
         self.asleep = {"weights", "kv_cache"}
+        self._event(f"sleep({level})")
 
     def wake_up(self, tags: Sequence[str] | None = None) -> None:
         """Take the memory back: ``["weights"]`` first (then load new weights), then ``["kv_cache"]``; None: all."""
@@ -414,9 +416,16 @@ class Engine(ABC):
         unknown = set(tags) - {"weights", "kv_cache"}
         if unknown:
             raise EngineError(f"wake_up tags: expected 'weights' and/or 'kv_cache', got {sorted(unknown)}")
-        self.sleep_calls.append(f"wake_up({','.join(tags)})")
         self._wake_up(tags)
         self.asleep -= set(tags)
+        self._event(f"wake_up({','.join(tags)})")
+
+    def _event(self, call: str) -> None:
+        self.events.append(f"{call} -> asleep: {','.join(sorted(self.reported_asleep())) or '-'}")
+
+    def reported_asleep(self) -> set[str]:
+        """What the engine itself reports asleep (vLLM: its executor's own state); by default what sleep() released."""
+        return set(self.asleep)
 
     def _sleep(self, level: int) -> None:
         """Engine-specific part of :meth:`sleep` (default: nothing to release)."""

@@ -100,6 +100,7 @@ class HFEngine(Engine):
     def generate(self, prompts: list[str], sampling: SamplingConfig | None = None, *,
                  progress: bool = False) -> list[Sample]:
         self._require_awake()
+        self._event("generate")
         sampling = self._check_sampling(sampling)
         ids = self.encode(prompts)
         per_batch = max(1, self.batch_size // sampling.n)
@@ -200,6 +201,7 @@ class HFEngine(Engine):
             self._copy_weights(path)
         self.weights_path = path
         self.weight_updates += 1
+        self._event("update_weights(disk)")
 
     def _copy_weights(self, path: Path) -> None:
         import torch
@@ -239,6 +241,7 @@ class HFEngine(Engine):
             raise EngineError(f"the weights handed over in memory: weights missing for {', '.join(missing[:5])}")
         self.weight_updates += 1
         self.memory_updates += 1
+        self._event("load_weight_groups")
 
     def _sleep(self, level: int) -> None:
         """Both levels move the weights to the CPU (transformers keeps no KV cache between calls) and return

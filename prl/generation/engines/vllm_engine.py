@@ -324,6 +324,7 @@ class VLLMEngine(Engine):
 
         self._require_open()
         self._require_awake()
+        self._event("generate")
         sampling = self._check_sampling(sampling)
         ids = self.encode(prompts)
         if not ids:
@@ -383,6 +384,7 @@ class VLLMEngine(Engine):
         self.llm.reset_prefix_cache()
         self.weights_path = path
         self.weight_updates += 1
+        self._event("update_weights(disk)")
 
     @property
     def loads_from_memory(self) -> bool:  # type: ignore[override]
@@ -418,6 +420,7 @@ class VLLMEngine(Engine):
         self.llm.reset_prefix_cache()  # KV blocks cached for earlier prompts were computed with the old weights
         self.weight_updates += 1
         self.memory_updates += 1
+        self._event("load_weight_groups")
 
     def _sleep(self, level: int) -> None:
         self._require_open()
@@ -427,9 +430,11 @@ class VLLMEngine(Engine):
         self._require_open()
         self.llm.wake_up(tags=tags)
 
-    def sleeping_tags(self) -> set[str]:
-        """What vLLM's executor reports as asleep (its own state, read back; empty when awake)."""
-        return set(self.llm.llm_engine.model_executor.sleeping_tags)
+    def reported_asleep(self) -> set[str]:  # type: ignore[override]
+        """What vLLM's executor reports as asleep (its own state, read back; empty when awake). An engine in other
+        processes has no executor here: what sleep() released."""
+        executor = getattr(self.llm.llm_engine, "model_executor", None) if self.in_process else None
+        return set(executor.sleeping_tags) if executor is not None else set(self.asleep)
 
     def close(self) -> None:
         if getattr(self, "_closed", True):

@@ -1,0 +1,159 @@
+"""Two training ranks on the CPU under DeepSpeed's launcher (gloo), each with its own vLLM engine in its own
+process (issue 26): the code path a GPU run takes, with ZeRO-2 and ZeRO-3 (bf16 where the CPU has bf16).
+
+Each rank's engine is vLLM's external-launcher executor in the rank's process; vLLM's own worker reports
+where it runs (its local rank is the device index on GPUs). After every update the new weights reach each
+engine from memory through vLLM's weight-transfer API (the engine's log-probs of its samples equal the
+trainer's recomputation), the engine sleeps around the update and wakes in the right order, the ranks hold
+the same parameters after every update, and the final evaluation — every rank generating a share — stores
+the samples a one-process evaluation of the same weights stores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from prl.store.db import Store
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[1]
+DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
+STEPS = 2
+
+
+def cpu_has_bf16() -> bool:
+    """bf16 arithmetic in hardware (AVX512-BF16 or AMX): where vLLM's CPU build and torch run bf16."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def easy_problems(tmp_path: Path) -> str:
+    from prl.data import synthetic
+
+    path = tmp_path / "easy.jsonl"
+    rows = [r for r in synthetic.generate("train", 600, seed=0) if r["level"] <= 2][:200]
+    path.write_text("".join(json.dumps({"problem": r["problem"], "answer": r["answer"]}) + "\n" for r in rows))
+    return str(path)
+
+
+def run_two_ranks(model: Path, tmp_path: Path, *, zero_stage: int, dtype: str, port: int) -> dict:
+    """Train STEPS steps on 2 ranks with colocated vLLM engines (sleep level 2, in-memory sync, an evaluation
+    at the end); returns what the ranks recorded (tests/ws2_probe.py) and the store."""
+    name = f"z{zero_stage}"
+    cfg = {"algorithm": {"estimator": "prl", "eta": 10, "step_split": "fixed:8", "n_samples": 4,
+                         # k1 KL to the reference: every update has a gradient whatever the rewards are
+                         "kl_loss_coef": 0.1, "kl_estimator": "k1"},
+           "train": {"model": str(model), "out_dir": str(tmp_path / name), "db": str(tmp_path / "store.duckdb"),
+                     "train_data": easy_problems(tmp_path), "steps": STEPS, "prompts_per_step": 4, "max_tokens": 32,
+                     "engine": "vllm", "lr": 1e-3, "mini_batch_size": 8, "micro_batch_size": 4,
+                     "checkpoint_every": STEPS, "segments_per_step": 2, "seed": 0, "zero_stage": zero_stage,
+                     "dtype": dtype, "rollout_sleep_level": 2, "gradient_checkpointing": True,
+                     "logprob_chunk_tokens": 16, "eval_datasets": ["synth_test"], "eval_limit": 6, "eval_n": 2}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = {**{k: v for k, v in os.environ.items() if k not in DIST_VARS}, "DS_ACCELERATOR": "cpu",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    launcher = str(Path(sys.executable).parent / "deepspeed")
+    r = subprocess.run([launcher, "--num_gpus", "2", "--master_port", str(port), str(ROOT / "tests" / "ws2_probe.py"),
+                        "--config", str(path), "--no-progress"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    ranks = tmp_path / name / "ranks"
+    db = Store(tmp_path / "store.duckdb", create=False)
+    metrics: dict[int, dict[str, float]] = {}
+    for step, metric, value in db.rows("train_metrics_for_run", run_id=name):
+        metrics.setdefault(step, {})[metric] = value
+    return {"name": name, "db": db, "metrics": metrics, "out": tmp_path / name,
+            "manifest": json.loads(db.rows("get_run", run_id=name)[0][6]),
+            "updates": [json.loads((ranks / f"rank{k}.json").read_text()) for k in (0, 1)],
+            "engines": [json.loads((ranks / f"engine{k}.json").read_text()) for k in (0, 1)]}
+
+
+@pytest.fixture(scope="module", params=[(2, "float32"), (3, "bfloat16" if cpu_has_bf16() else "float32")],
+                ids=lambda p: f"zero{p[0]}-{p[1]}")
+def two_ranks(request, warm_model, tmp_path_factory):
+    model, _ = warm_model
+    zero_stage, dtype = request.param
+    return run_two_ranks(model, tmp_path_factory.mktemp(f"zero{zero_stage}"), zero_stage=zero_stage, dtype=dtype,
+                         port=29517 + zero_stage)
+
+
+def test_each_rank_builds_its_own_engine_on_its_own_device_index(two_ranks):
+    for k, engine in enumerate(two_ranks["engines"]):
+        assert engine["rank"] == k and engine["local_rank"] == k  # the launcher's LOCAL_RANK
+        placement = engine["placement"]  # as vLLM's own worker reports it
+        assert placement["executor"] == "ExecutorWithExternalLauncher"  # in this process, joined to the ranks' group
+        assert placement["rank"] == k and placement["local_rank"] == k  # cuda:<local_rank> on GPUs
+        assert placement["device"] == "cpu"  # vLLM's CPU build; its GPU worker takes cuda:<local_rank>
+        assert engine["info"]["colocate"] == "True" and engine["info"]["in_process"] == "True"
+
+
+def test_weights_reach_every_engine_from_memory_after_every_update(two_ranks):
+    m = two_ranks["metrics"]
+    assert sorted(m) == list(range(1, STEPS + 1))
+    assert two_ranks["manifest"]["weight_sync"] == "memory" and two_ranks["manifest"]["world_size"] == 2
+    # step 2 was sampled after the first update (the policy has left the reference: the trainer sees it), and
+    # each engine's log-probs of its own samples equal the trainer's recomputation: it held the new weights
+    assert m[2]["kl/ref"] != 0.0
+    tolerance = 1e-3 if two_ranks["manifest"]["config"]["train"]["dtype"] == "float32" else 0.1
+    for step, values in m.items():
+        assert values["rollout/logprob_diff_max"] < tolerance, (step, values["rollout/logprob_diff_max"])
+    for engine in two_ranks["engines"]:
+        loads = [e for e in engine["events"] if e.startswith("load_weight_groups")]
+        assert len(loads) == STEPS  # one in-memory sync per update, none from disk
+        assert not any(e.startswith("update_weights(disk)") for e in engine["events"])
+    assert not (two_ranks["out"] / "policy.tmp").exists()
+
+
+def test_the_engine_sleeps_around_the_update_and_wakes_in_order(two_ranks):
+    step = ["generate -> asleep: -", "sleep(2) -> asleep: kv_cache,weights", "wake_up(weights) -> asleep: kv_cache",
+            "load_weight_groups -> asleep: kv_cache", "wake_up(kv_cache) -> asleep: -"]
+    for engine in two_ranks["engines"]:
+        # what vLLM's executor reports asleep after each call, read back; then the final evaluation's generation
+        assert engine["events"] == step * STEPS + ["generate -> asleep: -"]
+
+
+def test_the_ranks_train_on_their_own_rollouts_and_stay_identical(two_ranks):
+    ranks = two_ranks["updates"]
+    assert [[(u["step"], u["rank"], u["world"]) for u in rk] for rk in ranks] == [
+        [(s, k, 2) for s in range(1, STEPS + 1)] for k in (0, 1)]
+    for u0, u1 in zip(*ranks):
+        assert u0["rollouts"] != u1["rollouts"], "the ranks trained on the same rollouts: the check proves nothing"
+        assert [n for n in u0["after"] if u0["after"][n] != u0["before"][n]], "the update moved nothing"
+        assert u0["before"] == u1["before"] and u0["after"] == u1["after"]  # gradients all-reduced
+
+
+def test_the_evaluation_shared_by_the_ranks_stores_what_one_process_stores(two_ranks, tmp_path):
+    """Both ranks generated a share of the final evaluation and rank 0 stored it; a one-process evaluation of
+    the same exported weights with the same settings stores the same samples."""
+    from prl.evaluation.config import EvalConfig
+    from prl.evaluation.evaluate import run_evaluation
+
+    run_id = f"{two_ranks['name']}@step{STEPS}"
+    [run] = two_ranks["db"].rows("get_run", run_id=run_id)
+    manifest = json.loads(run[6])
+    with two_ranks["db"].read() as con:
+        shared = con.execute("select problem_id, sample_idx, response, verdict from samples where run_id = ? "
+                             "order by 1, 2", [run_id]).fetchall()
+    assert len(shared) == 6 * 2
+    export = Path(manifest["config"]["model"])
+    train = two_ranks["manifest"]["config"]["train"]
+    cfg = EvalConfig(model=str(export), datasets=("synth_test",), n=2, limit=6, db=str(tmp_path / "one.duckdb"),
+                     run_id="one-process", engine="vllm", max_tokens=train["max_tokens"], temperature=1.0,
+                     seed=train["seed"], dtype=train["dtype"], verifier_workers=1)
+    run_evaluation(cfg, progress=False, log=lambda _m: None)
+    with Store(tmp_path / "one.duckdb", create=False).read() as con:
+        alone = con.execute("select problem_id, sample_idx, response, verdict from samples order by 1, 2").fetchall()
+    assert alone == shared
+    shards = list((Path(train["db"]).parent / "shards" / run_id).glob("*.parquet"))
+    assert len(shards) == 2  # one share per rank
