@@ -16,7 +16,10 @@ import yaml
 from procs import kill_when
 
 from prl.store.db import Store
-from prl.training.batches import MicroBatch, pack
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prl.training.batches import MicroBatch, pack, split_rows
 from prl.training.forward import response_logprobs
 from prl.training.train import prompt_indices
 from prl.training.config import RunConfig, TrainConfig, train_from_dict
@@ -59,6 +62,12 @@ def test_contradictions_are_refused_with_a_fix(tmp_path):
         ({"prompts_per_step": 3, "mini_batch_size": 4}, "do not shard evenly over 2 ranks"),
         ({"zero_stage": 4}, "zero_stage"),
         ({"model": ""}, "give the starting model"),
+        ({"max_tokens_per_micro_batch": 96}, "cannot hold one response of max_tokens 96"),
+        ({"logprob_chunk_tokens": 0}, "logprob_chunk_tokens: expected an integer >= 1"),
+        ({"rollout_memory_utilization": 1.0}, r"a share of the device in \(0, 1\)"),
+        ({"rollout_kv_cache_gib": 2.0, "engine": "hf"}, "only the 'vllm' engine has a KV cache"),
+        ({"rollout_sleep_level": 3}, "expected 0 \\(off\\), 1 or 2"),
+        ({"gradient_checkpointing": "yes"}, "gradient_checkpointing: expected true or false"),
     ]:
         with pytest.raises(ConfigError, match=msg):
             TrainConfig(**{**base, **bad}).validate(algo, 2 if "prompts_per_step" in bad else 1)
@@ -102,6 +111,135 @@ def test_response_logprobs_match_a_per_row_forward(tiny_model_dir):
                 expected = torch.log_softmax(logits[P - 1 + t], -1)[tok]
                 assert logp[b, t].item() == pytest.approx(expected.item(), abs=1e-5)
             assert (logp[b, len(s.token_ids):] == 0).all()
+
+
+# ─── micro-batches: cut to their own length, or to a token budget ──────────────────────────────
+
+@settings(max_examples=200, deadline=None)
+@given(lengths=st.lists(st.integers(1, 60), min_size=1, max_size=24), budget=st.integers(60, 400),
+       extra=st.integers(0, 5), data=st.data())
+def test_a_token_budget_cuts_every_row_once_in_order_within_the_budget(lengths, budget, extra, data):
+    rows = torch.tensor(data.draw(st.permutations(range(len(lengths)))))
+    lens = torch.tensor(lengths)
+    parts = split_rows(rows, lens, size=4, budget=budget)
+    assert torch.cat(parts).tolist() == rows.tolist()  # every row once, in the order given
+    assert all(len(p) * int(lens[p].max()) <= budget for p in parts)
+    at_least = min(len(parts) + extra, len(lengths))  # another rank needs more: as many here
+    again = split_rows(rows, lens, size=4, budget=budget, at_least=at_least)
+    assert len(again) >= at_least and torch.cat(again).tolist() == rows.tolist()
+    assert all(len(p) * int(lens[p].max()) <= budget for p in again)
+    with pytest.raises(ValueError, match="raise the budget"):
+        split_rows(rows, lens + budget, size=4, budget=budget)
+
+
+def _old_logprobs(model, input_ids, attention, prompt_len, response_ids, mask, temperature):
+    """The computation this replaced (git 2b56519~1:prl/training/train.py): the whole batch's logits, padded
+    to the step's longest sequence, gathered, upcast and log-softmaxed (the reference here)."""
+    logits = model(input_ids=input_ids, attention_mask=attention.long()).logits
+    B, T = response_ids.shape
+    cols = (prompt_len.unsqueeze(1) - 1 + torch.arange(T).unsqueeze(0)).clamp_max(input_ids.shape[1] - 1)
+    picked = torch.gather(logits, 1, cols.unsqueeze(-1).expand(B, T, logits.shape[-1])).float() / temperature
+    logp = torch.log_softmax(picked, dim=-1).gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
+    return torch.where(mask, logp, 0.0)
+
+
+def _rollouts(seed=0, B=8, vocab=500):
+    """Packed rollouts of varied prompt and response lengths, and advantages."""
+    from types import SimpleNamespace
+
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(5, vocab, (int(n),), generator=g).tolist() for n in torch.randint(3, 9, (B,), generator=g)]
+    samples = [SimpleNamespace(prompt_index=b, token_ids=torch.randint(5, vocab, (int(n),), generator=g).tolist())
+               for b, n in enumerate(torch.randint(1, 20, (B,), generator=g))]
+    p = pack(prompts, samples, pad_id=0)
+    attention = torch.zeros_like(p["input_ids"], dtype=torch.bool)
+    for b in range(B):
+        attention[b, : int(p["prompt_len"][b] + p["mask"][b].sum())] = True
+    return p, attention, torch.randn(p["mask"].shape, generator=g)
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_micro_batches_cut_to_their_own_length_give_todays_loss_and_gradients(tiny_model_dir):
+    """Micro-batches of micro_batch_size rows, each cut to its own longest sequence, through the chunked log-probs:
+    the same per-micro-batch losses and the same accumulated gradient as the whole step padded and its full
+    logits (each micro-batch's token-mean divided by the accumulation steps, as DeepSpeed does)."""
+    from transformers import AutoModelForCausalLM
+
+    from prl_core.losses import ppo_clip_loss
+    from prl.training.batches import Rollouts, micro_batch
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).train()
+    p, attention, adv = _rollouts()
+    B = p["mask"].shape[0]
+    r = Rollouts(**p, group_ids=torch.zeros(B, dtype=torch.long), rewards=torch.zeros(B), texts=[""] * B,
+                 golds=[""] * B, prompt_index=list(range(B)), verdicts=[""] * B)
+    with torch.no_grad():
+        old = _old_logprobs(model, p["input_ids"], attention, p["prompt_len"], p["response_ids"], p["mask"], 0.7)
+    micros = torch.randperm(B, generator=torch.Generator().manual_seed(1)).split(3)
+    ga = len(micros)
+    before = []
+    for rows in micros:  # today's: the step's full width, full logits
+        logp = _old_logprobs(model, p["input_ids"][rows], attention[rows], p["prompt_len"][rows],
+                             p["response_ids"][rows], p["mask"][rows], 0.7)
+        loss, _ = ppo_clip_loss(logp, old[rows], adv[rows], p["mask"][rows])
+        (loss / ga).backward()
+        before.append(float(loss.detach()))
+    expected = _grads(model)
+    model.zero_grad()
+    after = []
+    for rows in micros:  # now: each micro-batch to its own longest sequence, chunked log-probs
+        mb = micro_batch(r, rows)
+        assert mb.input_ids.shape[1] == int(r.lengths[rows].max()) <= p["input_ids"].shape[1]
+        logp, _ = response_logprobs(model, mb, temperature=0.7, chunk_tokens=5)
+        T = mb.mask.shape[1]
+        loss, _ = ppo_clip_loss(logp, old[rows, :T], adv[rows, :T], mb.mask)
+        (loss / ga).backward()
+        after.append(float(loss.detach()))
+    assert after == pytest.approx(before, abs=1e-6)
+    got = _grads(model)
+    assert got.keys() == expected.keys()
+    for name, g in got.items():
+        torch.testing.assert_close(g, expected[name], atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_a_token_budget_gives_the_mini_batchs_own_loss_and_gradient_however_it_is_cut(tiny_model_dir):
+    """With a budget the micro-batches' losses are divided by the mini-batch's token count: summed, they are the
+    mini-batch's token-mean, and the gradient is the one of the whole mini-batch in one pass."""
+    from transformers import AutoModelForCausalLM
+
+    from prl_core.losses import ppo_clip_loss
+    from prl.training.batches import Rollouts, micro_batch
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).train()
+    p, _attention, adv = _rollouts(seed=2)
+    B = p["mask"].shape[0]
+    r = Rollouts(**p, group_ids=torch.zeros(B, dtype=torch.long), rewards=torch.zeros(B), texts=[""] * B,
+                 golds=[""] * B, prompt_index=list(range(B)), verdicts=[""] * B)
+    old = torch.zeros(p["mask"].shape)
+    rows = torch.arange(B)
+    whole = micro_batch(r, rows)
+    logp, _ = response_logprobs(model, whole, chunk_tokens=7)
+    loss_whole, _ = ppo_clip_loss(logp, old[:, : whole.mask.shape[1]], adv[:, : whole.mask.shape[1]], whole.mask)
+    loss_whole.backward()
+    expected = _grads(model)
+    model.zero_grad()
+    norm = float(p["mask"].sum())
+    parts = split_rows(rows, r.lengths, size=B, budget=int(r.lengths.max()) * 2)
+    assert len(parts) > 2
+    total = 0.0
+    for part in parts:
+        mb = micro_batch(r, part)
+        T = mb.mask.shape[1]
+        logp, _ = response_logprobs(model, mb, chunk_tokens=7)
+        loss, _ = ppo_clip_loss(logp, old[part, :T], adv[part, :T], mb.mask, norm=norm)
+        loss.backward()
+        total += float(loss.detach())
+    assert total == pytest.approx(float(loss_whole), abs=1e-6)
+    for name, g in _grads(model).items():
+        torch.testing.assert_close(g, expected[name], atol=1e-6, rtol=1e-4, msg=name)
 
 
 # ─── real training ─────────────────────────────────────────────────────────────────────────────
