@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU readiness check (issue 15), run on the lent GPU machine from the repo root (bench/GPU.md):
+# GPU readiness check (issues 15, 26), run on the lent GPU machine from the repo root (bench/GPU.md):
 #
 #   bash bench/gpu_check.sh                        # after bench/gpu_prepare.sh, with .gpu/ carried
 #   PATH=$PWD/.venv/bin:$PATH PRL_GPU_CHECK_CPU_REHEARSAL=1 bash bench/gpu_check.sh   # CPU dry rehearsal here
@@ -11,12 +11,16 @@
 #             saved with its tokenizer as a plain HF directory /tmp/smollm2-random
 #   rollouts  HF engine on CUDA (prl.generation.engines.make_engine("hf", ..., dtype="bfloat16")): the paper's
 #             prompts for 64 math500 problems x n=8, 256 tokens each, ignore_eos -> generated tokens/s
-#   train     3 PRL steps through the real trainer (python -m prl.training.train, engine hf, DeepSpeed
-#             ZeRO-2, bf16, 16 prompts x 5 samples, 256 tokens); per-step times from the DuckDB store
+#   plan      `prl train --dry-run --json` of the train phase's config on this GPU: the memory of the rank
+#             term by term and per phase (prl.training.memory), the prediction the train phase is held to
+#   train     3 PRL steps through the real trainer (python -m prl.training.train, engine hf, one rank, DeepSpeed
+#             ZeRO-3, bf16, gradient checkpointing, log-probs 1,024 tokens at a time, the engine asleep during
+#             the update (level 2), 16 prompts x 5 samples, 256 tokens); per-step times and each phase's peak
+#             CUDA memory from the DuckDB store, set against the plan term by term
 # and writes $OUT/gpu_check.json (bench/results/gpu_check.json without $OUT; rehearsal: its work folder).
 #
 # The rehearsal (PRL_GPU_CHECK_CPU_REHEARSAL=1) runs the same Python on CPU, shrunk: 4 problems, 16 tokens,
-# a 2-layer model, 1 step, float32, ZeRO stage 0; it checks the wheels install for CPython 3.12 into a
+# a 2-layer model, 1 step, float32, ZeRO stage 3; it checks the wheels install for CPython 3.12 into a
 # throwaway folder instead of using them (the project's .venv already has those packages).
 set -euo pipefail
 
@@ -43,11 +47,11 @@ fi
 # Sizes: the GPU check's, or the rehearsal's.
 if [ "$REHEARSAL" = 1 ]; then
   export GC_PROBLEMS=4 GC_N=8 GC_GEN_TOKENS=16 GC_LAYERS=2 GC_DTYPE=float32
-  export GC_STEPS=1 GC_PROMPTS_PER_STEP=2 GC_N_SAMPLES=2 GC_TRAIN_TOKENS=16 GC_MINI=4 GC_MICRO=2 GC_ZERO=0
+  export GC_STEPS=1 GC_PROMPTS_PER_STEP=2 GC_N_SAMPLES=2 GC_TRAIN_TOKENS=16 GC_MINI=4 GC_MICRO=2 GC_ZERO=3
   export GC_VERIFIERS=1
 else
   export GC_PROBLEMS=64 GC_N=8 GC_GEN_TOKENS=256 GC_LAYERS=0 GC_DTYPE=bfloat16
-  export GC_STEPS=3 GC_PROMPTS_PER_STEP=16 GC_N_SAMPLES=5 GC_TRAIN_TOKENS=256 GC_MINI=80 GC_MICRO=16 GC_ZERO=2
+  export GC_STEPS=3 GC_PROMPTS_PER_STEP=16 GC_N_SAMPLES=5 GC_TRAIN_TOKENS=256 GC_MINI=80 GC_MICRO=16 GC_ZERO=3
   export GC_VERIFIERS=4
 fi
 export GC_REHEARSAL=$REHEARSAL GC_WORK=$WORK GC_MODEL=$MODEL GC_CONF=$GPU_DIR/smollm2-config GC_ROOT=$ROOT
@@ -100,12 +104,61 @@ def load(name):
     except (OSError, ValueError):
         return None
 
-phases = {n: load(f"status_{n}.json") or {"status": "not run"} for n in ("install", "env", "build", "rollouts", "train")}
+phases = {n: load(f"status_{n}.json") or {"status": "not run"}
+          for n in ("install", "env", "build", "rollouts", "plan", "train")}
 try:
     prepared = json.loads((Path(os.environ["GC_GPU_DIR"]) / "prepared.json").read_text())
 except (OSError, ValueError):
     prepared = None
 env, build, ro, tr = load("env.json"), load("build.json"), load("rollouts.json"), load("train.json")
+plan = load("plan.json")
+
+
+def memory_check(plan, tr):
+    """Each phase's measured peak against the plan, and the terms that measurements isolate (GiB).
+
+    GPU: measured = the allocator's peak of allocated bytes in the phase; the plan's phase minus its overhead
+    term (the CUDA context and fragmentation are outside allocated bytes; the overhead is checked on its own
+    against the device memory the allocator did not reserve)."""
+    if not plan or not tr or not tr.get("steps"):
+        return None
+    mp = plan["memory_plan"]
+    terms = {t["name"]: t for t in mp["terms"]}
+    def term(name, phase):
+        t = terms[name]
+        return (t["phases"] or {}).get(phase, t["gib"])
+    later = tr["steps"][1:] or tr["steps"]
+    def measured(key):
+        vals = [s[key] for s in later if key in s]
+        return max(vals) if vals else None
+    cuda = (plan.get("device") or "cpu") != "cpu"
+    rows = []
+    for phase in ("rollout", "logprobs", "update"):
+        predicted = mp["phases_gib"][phase] - (term("overhead", phase) if cuda else 0.0)
+        rows.append({"what": f"{phase} phase peak", "predicted_gib": predicted, "measured_gib": measured(f"memory/{phase}_peak_gib")})
+    rec = tr.get("memory_record") or {}
+    if rec:
+        engine = rec["engine_built_gib"] - rec["before_models_gib"]
+        rows.append({"what": "engine weights (built)", "predicted_gib": plan["model_weights_gib"], "measured_gib": engine})
+        held = measured("memory/held_gib")
+        if held is not None:
+            rows.append({"what": "model states + reference + engine weights (held between steps)",
+                         "predicted_gib": term("model states", "update") + term("reference", "update") + plan["model_weights_gib"]
+                                          + (0.0 if cuda else term("overhead", "rollout")),
+                         "measured_gib": held})
+            upd = measured("memory/update_peak_gib")
+            rows.append({"what": "activations + log-prob chunk (update peak above what is held, engine asleep)",
+                         "predicted_gib": term("activations", "update") + term("log-prob chunk", "update"),
+                         "measured_gib": (upd - (held - plan["model_weights_gib"])) if upd is not None else None})
+    if cuda:
+        rows.append({"what": "overhead outside the allocator (CUDA context)", "predicted_gib": term("overhead", "rollout"),
+                     "measured_gib": measured("memory/outside_allocator_gib")})
+    for r in rows:
+        p_, m_ = r["predicted_gib"], r["measured_gib"]
+        r["ratio"] = round(p_ / m_, 3) if p_ and m_ else None
+        r["within_20pct"] = None if r["ratio"] is None else bool(0.8 <= r["ratio"] <= 1.2)
+    return {"device": plan.get("device"), "plan_fits": mp["fits"], "plan_peak_gib": mp["peak_gib"],
+            "plan_peak_phase": mp["peak_phase"], "rows": rows}
 out = {
     "kind": "gpu_check",
     "rehearsal": os.environ["GC_REHEARSAL"] == "1",
@@ -119,6 +172,8 @@ out = {
     "model": build,
     "rollouts": ro,
     "train": tr,
+    "plan": {k: plan[k] for k in ("device", "memory_plan", "model_weights_gib")} if plan else None,
+    "memory": memory_check(plan, tr),
 }
 result.write_text(json.dumps(out, indent=2) + "\n")
 
@@ -144,6 +199,14 @@ if tr and tr.get("steps"):
     if tr.get("mean_after_first"):
         a = tr["mean_after_first"]
         print("  mean " + " ".join(f"{a.get('time/' + c, float('nan')):9.2f}" for c in cols) + "   (steps after the first)")
+mc = out["memory"]
+if mc:
+    print(f"memory:   the plan says {'fits' if mc['plan_fits'] else 'DOES NOT FIT'} (peak {mc['plan_peak_gib']:.2f} GiB, "
+          f"{mc['plan_peak_phase']}); predicted vs measured:")
+    for r in mc["rows"]:
+        m_ = r["measured_gib"]
+        print(f"  {r['what']:<75s} {r['predicted_gib']:7.2f} {m_ if m_ is None else round(m_, 2)!s:>7s}  "
+              f"ratio {r['ratio']}  {'ok' if r['within_20pct'] else 'OFF' if r['within_20pct'] is False else '-'}")
 print(f"written:  {result}")
 print("GPU CHECK OK" if out["ok"] else "GPU CHECK INCOMPLETE: a phase did not finish (see above)")
 sys.exit(0 if out["ok"] else 3)
@@ -343,6 +406,7 @@ cfg = {
               "temperature": 1.0, "engine": "hf", "weight_sync": "memory", "lr": 1.0e-6, "ppo_epochs": 1,
               "mini_batch_size": int(e["GC_MINI"]), "micro_batch_size": int(e["GC_MICRO"]), "grad_clip": 1.0,
               "zero_stage": int(e["GC_ZERO"]), "dtype": e["GC_DTYPE"], "checkpoint_every": int(e["GC_STEPS"]),
+              "gradient_checkpointing": True, "logprob_chunk_tokens": 1024, "rollout_sleep_level": 2,
               "keep_checkpoints": 1, "eval_every": 0, "eval_datasets": [], "segments_per_step": 4,
               "verifier_workers": int(e["GC_VERIFIERS"])},
 }
@@ -353,6 +417,29 @@ rc = RunConfig.from_yaml(work / "train.yaml")
 rc.train.validate(rc.algorithm, 1)
 print(f"config {work / 'train.yaml'} parses and validates:")
 print(yaml.safe_dump(cfg, sort_keys=False), end="")
+PY
+# ── plan: the dry run's memory of this rank, on this device ──────────────────────────────────
+phase plan 120 "$PY" - <<'PY' || true
+import json, os
+from pathlib import Path
+
+import torch
+from prl.training import dry_run
+from prl.training.config import RunConfig
+from prl.training.memory import GPUS
+
+work = Path(os.environ["GC_WORK"])
+cfg = RunConfig.from_yaml(work / "train.yaml")
+if torch.cuda.is_available():
+    total = torch.cuda.get_device_properties(0).total_memory / 2**30
+    device = min(GPUS, key=lambda g: abs(GPUS[g] - total))  # the named device of this size (an H200 here)
+else:
+    device = "cpu"
+plan = dry_run.plan(cfg, gpus_per_node=1, device=device)
+e = 2 if cfg.train.dtype == "bfloat16" else 4
+out = {"device": device, "memory_plan": plan["memory_plan"], "model_weights_gib": e * plan["model"]["total"] / 2**30}
+(work / "plan.json").write_text(json.dumps(out, indent=1, default=str))
+print("\n".join(dry_run.render_memory(plan["memory_plan"])))
 PY
 if command -v nvidia-smi >/dev/null && [ "$REHEARSAL" != 1 ]; then
   nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader,nounits -lms 500 >"$WORK/smi_train.csv" 2>/dev/null &
@@ -387,6 +474,7 @@ err = (work / "train.stderr").read_text(errors="replace").splitlines() if (work 
 step_lines = [l for l in err if l.startswith("[train] step ")]
 errors = [l for l in err if l.startswith("error:") or "Error" in l.split(":")[0]][-5:]
 steps = []
+memory_record = None
 if Path(t["db"]).is_file():
     con = duckdb.connect(t["db"], read_only=True)
     rows = con.execute("SELECT step, name, value FROM train_metrics WHERE run_id = ? ORDER BY step, name",
@@ -396,6 +484,10 @@ if Path(t["db"]).is_file():
     for step, name, value in rows:
         by.setdefault(step, {"step": step})[name] = value
     rollouts = t["prompts_per_step"] * cfg["algorithm"]["n_samples"]
+    con = duckdb.connect(t["db"], read_only=True)
+    row = con.execute("SELECT manifest FROM runs WHERE run_id = ?", [t["run_id"]]).fetchone()
+    con.close()
+    memory_record = json.loads(row[0]).get("memory") if row else None
     for s in sorted(by):
         d = by[s]
         if d.get("time/generate") and d.get("response/length") is not None:
@@ -413,7 +505,7 @@ if smi.is_file():
 info = {"config": {**t, **{k: cfg["algorithm"][k] for k in ("estimator", "n_samples", "eta", "step_split")}},
         "command": "python3 -m prl.training.train --config train.yaml --no-progress", "process_s": int(os.environ["GC_TRAIN_S"]),
         "final": final, "step_lines": step_lines, "steps": steps, "mean_after_first": mean or None,
-        "peak_gpu_mem_used_gib_nvidia_smi": gpu_mem, "stderr_errors": errors}
+        "peak_gpu_mem_used_gib_nvidia_smi": gpu_mem, "memory_record": memory_record, "stderr_errors": errors}
 (work / "train.json").write_text(json.dumps(info, indent=1, default=str))
 print(f"{len(step_lines)} step line(s), {len(steps)} step(s) in train_metrics; final: {final}")
 if not steps:

@@ -289,3 +289,65 @@ def fixes(plan: dict[str, Any], t) -> list[tuple[dict[str, Any], str]]:
     for change, why in out:
         unique.setdefault(repr(sorted(change.items())), (change, why))
     return list(unique.values())
+
+
+# ─── measurement: what a rank really holds, phase by phase ────────────────────────────────────────
+
+class PeakMeter:
+    """The peak memory of each phase of a step, measured where the trainer runs.
+
+    GPU: the caching allocator's peak of allocated bytes (``torch.cuda.max_memory_allocated``, reset at every
+    phase start) and, at the end of a phase, the device memory the process uses beyond what the allocator
+    reserved (the CUDA context, NCCL: the plan's overhead). CPU: the process's peak resident set size (the
+    kernel's VmHWM, reset at every phase start by writing 5 to /proc/self/clear_refs; where that is not allowed,
+    the peak since the process started).
+    """
+
+    def __init__(self, device) -> None:
+        import torch
+
+        self.device = device
+        self.cuda = getattr(device, "type", str(device)) == "cuda"
+        self._torch = torch
+        self.resettable = self.cuda or _reset_rss_peak()
+
+    def start(self) -> None:
+        if self.cuda:
+            self._torch.cuda.reset_peak_memory_stats(self.device)
+        elif self.resettable:
+            _reset_rss_peak()
+
+    def peak_gib(self) -> float:
+        """The peak since :meth:`start`: allocated bytes on a GPU, resident bytes on the CPU."""
+        if self.cuda:
+            return self._torch.cuda.max_memory_allocated(self.device) / GIB
+        return _status_kib("VmHWM") * 1024 / GIB
+
+    def now_gib(self) -> float:
+        if self.cuda:
+            return self._torch.cuda.memory_allocated(self.device) / GIB
+        return _status_kib("VmRSS") * 1024 / GIB
+
+    def outside_allocator_gib(self) -> float | None:
+        """GPU: device memory in use that the allocator did not reserve (context, NCCL, other processes)."""
+        if not self.cuda:
+            return None
+        free, total = self._torch.cuda.mem_get_info(self.device)
+        return (total - free - self._torch.cuda.memory_reserved(self.device)) / GIB
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _reset_rss_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False

@@ -77,6 +77,7 @@ from prl.training.resume import CheckpointError, check_fresh_start
 from prl.training.batches import LogProbs, MicroBatch, Rollouts, micro_batch, pack, split_rows
 from prl.training.config import RunConfig, TrainConfig, add_run_arguments, run_config_from_args
 from prl.training.forward import response_logprobs
+from prl.training.memory import PeakMeter
 from prl.training.weight_sync import full_parameters, weight_groups
 
 SYNC_DIR = "policy"  # the latest policy weights as a Hugging Face directory (evaluations, the disk sync, users)
@@ -192,11 +193,15 @@ class Trainer:
         random.seed(self.t.seed)
         check_model_dir(self.t.model)
         self.device = dist.device()
+        self.meter = PeakMeter(self.device)
+        self.memory = {"before_models_gib": self.meter.now_gib()}  # what the rank holds, measured (the manifest)
         self.tokenizer = AutoTokenizer.from_pretrained(self.t.model)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         # The engine first: on a GPU vLLM takes its share of a device the trainer has not filled yet.
         self.rollout_engine = build_rollout_engine(self.t, seed=self.t.seed + self.rank, device=self.device)
+        self.memory["engine_built_gib"] = self.meter.now_gib()
         self.engine, self.scheduler, self.ref = load_models(self.t, cfg, self.world, self.device, self.log)
+        self.memory["models_loaded_gib"] = self.meter.now_gib()
         self.problems = load_train_problems(self.t)
         self.estimator = get_estimator(self.algo.estimator)
         self.split = self.algo.step_split or "token"
@@ -236,7 +241,8 @@ class Trainer:
     def register_run(self, status: str) -> None:
         manifest = run_manifest("train", config=self.cfg.to_dict(), seed=self.t.seed)
         manifest.update(world_size=self.world, deepspeed=dist.ds_config(self.t, self.world), completed_steps=self.step_no,
-                        weight_sync=self.sync_mode, rollout_engine=self.rollout_engine.info() if self.rollout_engine else None)
+                        weight_sync=self.sync_mode, rollout_engine=self.rollout_engine.info() if self.rollout_engine else None,
+                        memory={**self.memory, "device": str(self.device), "peaks_resettable": self.meter.resettable})
         self.store.execute("upsert_run", run_id=self.run_id, kind="train", model=str(Path(self.t.model).resolve()),
                            status=status, config=self.cfg.to_dict(), manifest=manifest, parent_run_id=None,
                            train_step=self.step_no)
@@ -440,17 +446,6 @@ class Trainer:
                 "rollout/logprob_diff_mean": float(gap.mean()) if gap.numel() else float("nan"),
                 }
 
-    def memory_metrics(self) -> dict[str, float]:
-        """Peak memory of this step on the rank's device (GPU: the allocator's peak; CPU: the process's peak
-        resident set so far), in GiB."""
-        if self.device.type == "cuda":
-            peak = torch.cuda.max_memory_allocated(self.device) / GIB
-            torch.cuda.reset_peak_memory_stats(self.device)
-            return {"memory/peak_allocated_gib": peak}
-        import resource
-
-        return {"memory/peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB}
-
     def segments(self, r: Rollouts, lp: LogProbs, rho: torch.Tensor) -> list[dict[str, Any]]:
         """Per-segment rows (bounds, S at the boundary, ρ) for the first ``segments_per_step`` rollouts."""
         k = min(self.t.segments_per_step, len(r))
@@ -482,24 +477,38 @@ class Trainer:
     # ---- 3h. one step ----------------------------------------------------------------------------
 
     def step(self) -> dict[str, float]:
-        """One full step; returns the metrics written for it."""
+        """One full step; returns the metrics written for it (each phase's time and peak memory among them)."""
+        peaks: dict[str, float] = {}
+        m = self.meter
         t0 = time.perf_counter()
+        m.start()
         ro = self.rollout()
+        peaks["rollout"] = m.peak_gib()
         t1 = time.perf_counter()
         self.release_engine()
         r = self.verify(ro)
         t2 = time.perf_counter()
+        m.start()
         lp = self.logprobs(r)
+        peaks["logprobs"] = m.peak_gib()
         t3 = time.perf_counter()
         rho = self.advantages(r, lp)
         metrics = self.diagnostics(r, lp, rho)
+        m.start()
         metrics.update(self.update(r, lp, rho))
+        peaks["update"] = m.peak_gib()
         t4 = time.perf_counter()
+        m.start()
         self.sync_weights()
+        peaks["sync"] = m.peak_gib()
         t5 = time.perf_counter()
         metrics.update({"time/generate": t1 - t0, "time/verify": t2 - t1, "time/logprobs": t3 - t2,
                         "time/update": t4 - t3, "time/sync": t5 - t4, "time/step": t5 - t0})
-        metrics.update(self.memory_metrics())
+        metrics.update({f"memory/{phase}_peak_gib": v for phase, v in peaks.items()})
+        metrics["memory/held_gib"] = m.now_gib()  # what stays between steps: states, reference, the engine
+        outside = m.outside_allocator_gib()
+        if outside is not None:
+            metrics["memory/outside_allocator_gib"] = outside
         metrics = dist.all_reduce_mean(metrics, self.world, self.device)
         self.step_no += 1
         segs = {"segments": self.segments(r, lp, rho), "rollouts": self.inspected_rollouts(r)} if self.rank == 0 else {}
