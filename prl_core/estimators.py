@@ -28,18 +28,19 @@ class Estimator:
     fn: EstimatorFn
     loss: str  # "ppo" or "sft"
     uses_steps: bool  # whether step boundaries change the result
+    uses_reference: bool = False  # whether the reference's log-probs change the result
 
 
 ESTIMATORS: dict[str, Estimator] = {}
 
 
-def register(name: str, *, loss: str = "ppo", uses_steps: bool = False):
+def register(name: str, *, loss: str = "ppo", uses_steps: bool = False, uses_reference: bool = False):
     """Decorator: add an estimator under ``name`` (names are unique)."""
 
     def wrap(fn: EstimatorFn) -> EstimatorFn:
         if name in ESTIMATORS:
             raise ValueError(f"estimator {name!r} is already registered")
-        ESTIMATORS[name] = Estimator(name, fn, loss, uses_steps)
+        ESTIMATORS[name] = Estimator(name, fn, loss, uses_steps, uses_reference)
         return fn
 
     return wrap
@@ -77,7 +78,7 @@ def dr_grpo(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfi
     return _broadcast(adv, mask, logp_old.dtype)
 
 
-@register("prl", uses_steps=True)
+@register("prl", uses_steps=True, uses_reference=True)
 def prl(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfig, boundaries=None):
     """PRL: ρ = A − S/η (or process-first), filled over step segments.
 

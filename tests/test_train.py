@@ -242,6 +242,15 @@ def test_a_token_budget_gives_the_mini_batchs_own_loss_and_gradient_however_it_i
         torch.testing.assert_close(g, expected[name], atol=1e-6, rtol=1e-4, msg=name)
 
 
+def test_needs_reference_follows_the_estimator_the_kl_loss_and_the_metric():
+    t = TrainConfig(model="m", ref_kl_metric=False)
+    assert not t.needs_reference(AlgorithmConfig(estimator="grpo", n_samples=4))
+    assert not t.needs_reference(AlgorithmConfig(estimator="raft", n_samples=4))
+    assert t.needs_reference(AlgorithmConfig(estimator="prl", eta=10, step_split="token", n_samples=4))  # ρ reads it
+    assert t.needs_reference(AlgorithmConfig(estimator="grpo", n_samples=4, kl_loss_coef=0.1))
+    assert TrainConfig(model="m").needs_reference(AlgorithmConfig(estimator="grpo", n_samples=4))  # kl/ref logged
+
+
 # ─── real training ─────────────────────────────────────────────────────────────────────────────
 
 def _easy_problems(tmp_path) -> str:
@@ -306,6 +315,20 @@ def trained(warm_model, tmp_path_factory):
         results[name] = tmp / name
     results["prl_trainer"] = trainers["prl"]
     return model, tmp, results
+
+
+def test_a_run_that_reads_no_reference_loads_none_and_logs_no_kl(tiny_model_dir, tmp_path):
+    from prl.training.train import Trainer
+
+    cfg = RunConfig.from_yaml(_config(tiny_model_dir, tmp_path, "noref", {"estimator": "grpo", "n_samples": 4},
+                                      steps=1, ref_kl_metric=False, checkpoint_every=1, export_checkpoints=False))
+    trainer = Trainer(cfg, log=lambda _m: None, progress=False)
+    assert trainer.ref is None
+    trainer.run()
+    m = _metrics(str(tmp_path / "store.duckdb"), "noref")[1]
+    assert "kl/ref" not in m and {"reward/mean", "actor/loss", "actor/grad_norm"} <= set(m)
+    with Store(tmp_path / "store.duckdb", create=False).read() as con:
+        assert con.execute("select count(*), count(kl_to_go) from prl_segments where run_id = 'noref'").fetchone()[1] == 0
 
 
 @pytest.mark.e2e

@@ -47,8 +47,8 @@ class LogProbs:
 
     old: torch.Tensor
     """Under the policy that sampled them (the policy before this step's update)."""
-    ref: torch.Tensor
-    """Under the frozen reference."""
+    ref: torch.Tensor | None
+    """Under the frozen reference (None when the run loads none: :meth:`TrainConfig.needs_reference`)."""
 
 
 @dataclass

@@ -68,6 +68,9 @@ class TrainConfig:
     ref_offload: bool = False
     """Keep the frozen reference model on the CPU: its forward pass then runs on the CPU, hours per step at
     1.5 B (the dry run estimates it); under ZeRO-3 the reference is partitioned over the GPUs instead."""
+    ref_kl_metric: bool = True
+    """Log kl/ref (the k3 KL to the reference) also when nothing else needs the reference: GRPO, Dr.GRPO and RAFT
+    without algorithm.kl_loss_coef. false: those runs load no reference and skip its forward pass."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of keeping them (transformers'
     gradient checkpointing): activation memory of one layer boundary per layer, ~1.3x the update's compute."""
@@ -160,6 +163,8 @@ class TrainConfig:
         if 0 < budget <= self.max_tokens:
             fail("max_tokens_per_micro_batch", f"{budget} tokens cannot hold one response of max_tokens {self.max_tokens} "
                  "and its prompt; raise it above max_tokens plus the longest prompt, or 0 for micro_batch_size rows")
+        if not isinstance(self.ref_kl_metric, bool):
+            fail("ref_kl_metric", f"expected true or false, got {self.ref_kl_metric!r}")
         if not isinstance(self.gradient_checkpointing, bool):
             fail("gradient_checkpointing", f"expected true or false, got {self.gradient_checkpointing!r}")
         util = self.rollout_memory_utilization
@@ -174,6 +179,13 @@ class TrainConfig:
             fail("rollout_sleep_level", f"expected 0 (off), 1 or 2, got {self.rollout_sleep_level!r}")
         if algo.estimator != "raft" and algo.n_samples < 2:
             fail("n_samples", f"the {algo.estimator} estimator needs groups of >= 2 responses (algorithm.n_samples)")
+
+    def needs_reference(self, algo: AlgorithmConfig) -> bool:
+        """Whether the run loads the frozen reference: its estimator reads it (PRL), a KL loss does, or kl/ref is
+        logged (``ref_kl_metric``)."""
+        from prl_core.estimators import get_estimator
+
+        return get_estimator(algo.estimator).uses_reference or algo.kl_loss_coef > 0 or self.ref_kl_metric
 
     @property
     def resolved_run_id(self) -> str:

@@ -195,7 +195,8 @@ def longest_prompt_tokens(t, tokenizer, sample_tokens: int, *, limit: int = 2000
 
 
 def plan_rank_memory(t, source: ModelSource, params: dict[str, Any], memory: dict[str, Any], *, world: int,
-                     device: str, prompt_tokens: int, rollouts_per_rank: int) -> dict[str, Any]:
+                     device: str, prompt_tokens: int, rollouts_per_rank: int,
+                     with_reference: bool = True) -> dict[str, Any]:
     """:func:`prl.training.memory.plan_memory` for this config, the layer probed on the model's own architecture;
     when it does not fit, each fix re-planned; with ``ref_offload``, the reference's CPU time per step."""
     from transformers import AutoConfig
@@ -211,7 +212,8 @@ def plan_rank_memory(t, source: ModelSource, params: dict[str, Any], memory: dic
     else:
         capacity, baseline = mem.GPUS[device], 0.0
     kw = dict(shape=shape, profile=profile, world=world, device=device, capacity_gib=capacity,
-              prompt_tokens=prompt_tokens, rollouts_per_rank=rollouts_per_rank, baseline_bytes=baseline)
+              prompt_tokens=prompt_tokens, rollouts_per_rank=rollouts_per_rank, baseline_bytes=baseline,
+              with_reference=with_reference)
 
     def states(stage: int) -> float:  # DeepSpeed's estimate of the model states per GPU for a ZeRO stage
         if stage == t.zero_stage:
@@ -226,7 +228,7 @@ def plan_rank_memory(t, source: ModelSource, params: dict[str, Any], memory: dic
             changed = replace(t, **change)
             again = mem.plan_memory(t=changed, deepspeed_gpu_bytes=states(changed.zero_stage), **kw)
             out["fixes"].append({"change": change, "why": why, "peak_gib": again["peak_gib"], "fits": again["fits"]})
-    if t.ref_offload:
+    if t.ref_offload and with_reference:
         out["reference_cpu_seconds_per_step"] = reference_cpu_seconds(params["total"], rollouts_per_rank,
                                                                       prompt_tokens + t.max_tokens)
     return out
@@ -303,7 +305,8 @@ def plan(cfg: RunConfig, *, gpus_per_node: int = 1, nodes: int = 1, device: str 
         context_note = None
     longest = longest_prompt_tokens(t, tokenizer, prompt_tokens)
     memory_plan = plan_rank_memory(t, source, params, memory, world=world, device=device,
-                                   prompt_tokens=longest["tokens"], rollouts_per_rank=rollouts // world)
+                                   prompt_tokens=longest["tokens"], rollouts_per_rank=rollouts // world,
+                                   with_reference=t.needs_reference(algo))
     memory_plan["prompt_tokens_from"] = longest["from"]
     return {
         "config": cfg.to_dict(),

@@ -159,7 +159,7 @@ def _model_states(shape: ModelShape, *, dtype: str, zero_stage: int, world: int,
 
 def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, device: str, capacity_gib: float,
                 prompt_tokens: int, rollouts_per_rank: int, deepspeed_gpu_bytes: float | None = None,
-                baseline_bytes: float = 0.0) -> dict[str, Any]:
+                baseline_bytes: float = 0.0, with_reference: bool = True) -> dict[str, Any]:
     """The plan of one rank: terms, phase peaks, and the verdict against ``capacity_gib``.
 
     ``t``: the TrainConfig. ``device``: 'cpu' or a GPU name of :data:`GPUS` ('gpu' for an unnamed one).
@@ -178,7 +178,9 @@ def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, devi
 
     states, states_how = _model_states(shape, dtype=t.dtype, zero_stage=t.zero_stage, world=world,
                                        deepspeed_gpu_bytes=deepspeed_gpu_bytes)
-    if t.ref_offload:
+    if not with_reference:
+        ref, ref_how = 0.0, "none: nothing reads it (ref_kl_metric: false, no KL loss, an estimator without it)"
+    elif t.ref_offload:
         ref, ref_how = 0.0, f"on the CPU (ref_offload): {e * P / GIB:.1f} GiB of host memory, forward on the CPU"
     elif t.zero_stage == 3:
         ref, ref_how = e * P / world + e * shape.largest_layer, "partitioned over the ranks (ZeRO-3) + one gathered layer"

@@ -134,13 +134,15 @@ def build_rollout_engine(t: TrainConfig, *, seed: int, device: torch.device) -> 
 
 def load_models(t: TrainConfig, cfg: RunConfig, world: int, device: torch.device, log: Callable[[str], None]):
     """The policy (a DeepSpeed engine), its LR scheduler, and the frozen reference (a module, or a ZeRO-3
-    engine holding 1/world of it)."""
+    engine holding 1/world of it; None when the run does not need it: :meth:`TrainConfig.needs_reference`)."""
     import deepspeed
     from transformers import AutoModelForCausalLM
 
     dtype = torch.bfloat16 if t.dtype == "bfloat16" else torch.float32
     ds = dist.ds_config(t, world)
-    if t.ref_offload:
+    with_ref = t.needs_reference(cfg.algorithm)
+    ref = None
+    if t.ref_offload and with_ref:
         log("[train] WARNING: ref_offload: the reference runs its forward pass on the CPU, every micro-batch of "
             "every step (prl train --dry-run estimates the time); under ZeRO-3 leave it off — the reference is "
             "partitioned over the GPUs")
@@ -155,14 +157,15 @@ def load_models(t: TrainConfig, cfg: RunConfig, world: int, device: torch.device
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     engine, _, _, scheduler = deepspeed.initialize(model=policy, config=ds,
                                                    model_parameters=[p for p in policy.parameters() if p.requires_grad])
-    if not t.ref_offload:
+    if with_ref and not t.ref_offload:
         ref = AutoModelForCausalLM.from_pretrained(t.model, dtype=dtype)
         if t.zero_stage == 3:
             ref = deepspeed.initialize(model=ref, config=dist.reference_ds_config(t, world))[0]
         else:
             ref.to(device)
-    ref.eval()  # (a DeepSpeed engine's eval() returns None: no chaining)
-    ref.requires_grad_(False)
+    if ref is not None:
+        ref.eval()  # (a DeepSpeed engine's eval() returns None: no chaining)
+        ref.requires_grad_(False)
     del zero3_init
     return engine, scheduler, ref
 
@@ -293,13 +296,16 @@ class Trainer:
 
     @torch.no_grad()
     def logprobs(self, r: Rollouts) -> LogProbs:
-        """logp_old (the current policy = the rollout policy) and logp_ref, (B, T)."""
+        """logp_old (the current policy = the rollout policy) and logp_ref, (B, T) (no logp_ref without a
+        reference)."""
         self.engine.module.eval()
-        old, ref = torch.zeros(r.mask.shape), torch.zeros(r.mask.shape)
+        old = torch.zeros(r.mask.shape)
+        ref = torch.zeros(r.mask.shape) if self.ref is not None else None
         for mb in self.micro_batches(r, torch.arange(len(r))):
             T = mb.mask.shape[1]
             old[mb.rows, :T] = self._logprobs(self.engine, mb)[0].cpu()
-            ref[mb.rows, :T] = self._logprobs(self.ref, mb)[0].cpu()
+            if ref is not None:
+                ref[mb.rows, :T] = self._logprobs(self.ref, mb)[0].cpu()
         return LogProbs(old=old, ref=ref)
 
     # ---- 3d. advantages -----------------------------------------------------------------------
@@ -315,7 +321,10 @@ class Trainer:
         """ρ (B, T): each response token's weight in the policy loss from the config's estimator (PRL's
         A − S/η filled per step; GRPO / Dr.GRPO / RAFT: the outcome advantage broadcast over the response)."""
         b = self.boundaries(r) if self.estimator.uses_steps else None
-        return compute_advantages(self.algo, r.rewards, r.group_ids, lp.old, lp.ref, r.mask, b)
+        # without a reference the estimator is one that does not read it (TrainConfig.needs_reference): it gets
+        # logp_old in its place, for the shape checks
+        return compute_advantages(self.algo, r.rewards, r.group_ids, lp.old, lp.ref if lp.ref is not None else lp.old,
+                                  r.mask, b)
 
     # ---- 3e. policy update -------------------------------------------------------------------
 
@@ -362,7 +371,7 @@ class Trainer:
                     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         T = mb.mask.shape[1]
         logp, entropy = self._logprobs(self.engine, mb, entropy=True)
-        old, ref, a = (x[mb.rows, :T].to(self.device) for x in (lp.old, lp.ref, rho))
+        old, a = (x[mb.rows, :T].to(self.device) for x in (lp.old, rho))
         mask = mb.mask.to(self.device)
         if self.estimator.loss == "sft":  # RAFT: likelihood of the selected (correct) responses
             loss = sft_loss(logp, mask & (a > 0), agg=self.algo.loss_agg, norm=norm)
@@ -372,6 +381,7 @@ class Trainer:
                                           dual_clip=self.algo.dual_clip, agg=self.algo.loss_agg, entropy=entropy,
                                           norm=norm)
         if self.algo.kl_loss_coef > 0:
+            ref = lp.ref[mb.rows, :T].to(self.device)
             kl = masked_mean(kl_penalty(logp, ref, self.algo.kl_estimator), mask)
             loss = loss + self.algo.kl_loss_coef * kl
             metrics["actor/kl_loss"] = kl.detach()
@@ -422,7 +432,6 @@ class Trainer:
 
     def diagnostics(self, r: Rollouts, lp: LogProbs, rho: torch.Tensor) -> dict[str, float]:
         m = r.mask
-        k3 = kl_penalty(lp.old, lp.ref, "k3")
         groups: dict[int, list[float]] = {}
         for g, rew in zip(r.group_ids.tolist(), r.rewards.tolist()):
             groups.setdefault(g, []).append(rew)
@@ -432,14 +441,16 @@ class Trainer:
         # The engine sampled from the weights it holds; the trainer recomputes them from its own. Equal up to
         # kernel numerics when the weight sync delivered the update (a stale engine shows as a gap).
         gap = (r.rollout_logp - lp.old).abs()[m]
-        return {**verdicts,
+        kl: dict[str, float] = {}
+        if lp.ref is not None:
+            k3 = kl_penalty(lp.old, lp.ref, "k3")
+            kl = {"kl/ref": float(masked_mean(k3, m)), "kl/ref_seq_sum": float((k3 * m).sum(1).mean())}
+        return {**verdicts, **kl,
                 "reward/mean": float(r.rewards.mean()),
                 "reward/accuracy": float((r.rewards >= 1.0).float().mean()),
                 "reward/all_equal_group_frac": sum(len(set(v)) == 1 for v in groups.values()) / max(1, len(groups)),
                 "response/length": float(m.sum(1).float().mean()),
                 "response/clipped_frac": float((m.sum(1) >= self.t.max_tokens).float().mean()),
-                "kl/ref": float(masked_mean(k3, m)),
-                "kl/ref_seq_sum": float((k3 * m).sum(1).mean()),
                 "prl/rho_mean": float(on_response.mean()) if on_response.numel() else float("nan"),
                 "prl/rho_std": float(on_response.std()) if on_response.numel() > 1 else float("nan"),
                 "rollout/logprob_diff_max": float(gap.max()) if gap.numel() else float("nan"),
@@ -454,13 +465,14 @@ class Trainer:
         m = r.mask[:k]
         b = self.boundaries(r)
         b = b[:k] if b is not None else step_boundaries(m, self.split if self.estimator.uses_steps else "token")
-        S = suffix_sums((lp.old[:k] - lp.ref[:k]).double(), m)
+        S = suffix_sums((lp.old[:k] - lp.ref[:k]).double(), m) if lp.ref is not None else None
         rows = []
         for i in range(k):
             start = 0
             for j, end in enumerate(torch.nonzero(b[i]).flatten().tolist()):
                 rows.append({"run_id": self.run_id, "step": self.step_no, "rollout_idx": i, "segment_idx": j,
-                             "start_tok": start, "end_tok": end, "kl_to_go": float(S[i, end]),
+                             "start_tok": start, "end_tok": end,
+                             "kl_to_go": float(S[i, end]) if S is not None else None,
                              "rho": float(rho[i, end])})
                 start = end + 1
         return rows
@@ -647,7 +659,7 @@ class Trainer:
 
 def summary_line(step: int, m: dict[str, float]) -> str:
     return (f"[train] step {step}: reward {m['reward/mean']:.3f}, len {m['response/length']:.0f}, "
-            f"kl_ref {m['kl/ref']:.4f}, rho {m['prl/rho_mean']:+.3f}±{m['prl/rho_std']:.3f}, "
+            f"kl_ref {m.get('kl/ref', float('nan')):.4f}, rho {m['prl/rho_mean']:+.3f}±{m['prl/rho_std']:.3f}, "
             f"clip {m.get('actor/clipfrac', float('nan')):.3f}, loss {m['actor/loss']:+.4f}, "
             f"gn {m['actor/grad_norm']:.3f}, {m['time/step']:.1f} s "
             f"(gen {m['time/generate']:.1f}, ver {m['time/verify']:.1f}, lp {m['time/logprobs']:.1f}, "
