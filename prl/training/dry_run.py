@@ -374,7 +374,8 @@ def render(p: dict[str, Any]) -> str:
         f"  model       {m['architecture']}: {m['total'] / 1e9:.3f} B parameters (largest layer {m['largest_layer'] / 1e6:.1f} M), "
         f"{m['layers']} layers, hidden {m['hidden_size']}, vocab {m['vocab_size']}, context {m['max_position_embeddings']}, "
         f"tied embeddings {m['tie_word_embeddings']}",
-        f"  world       {w['world_size']} GPU(s) = {w['gpus_per_node']} per node x {w['nodes']} node(s); launch: {w['launch']}",
+        f"  world       {w['world_size']} rank(s) = {w['gpus_per_node']} per node x {w['nodes']} node(s), one "
+        f"{'process' if p['memory_plan']['device'] == 'cpu' else 'GPU'} each; launch: {w['launch']}",
         f"  ZeRO        stage {mem['stage']} ({t['dtype']}): DeepSpeed's estimate of the model states "
         f"{mem['model_states_gpu_gib']:.1f} GiB per GPU, {mem['model_states_cpu_gib']:.1f} GiB of CPU memory per node",
         f"              method: {mem['method']}",

@@ -17,20 +17,25 @@ Batched over all prompts × n samples in one ``LLM.generate`` call. Facts this c
   different samples; the batch composition at each step, and so the order in which random
   numbers are drawn, is not fixed). So: per-request seeds (one per prompt, ``base.prompt_seeds``) with chunked prefill
   disabled on CPU, where every prefill then runs whole.
-* In-place weight update: the worker extension calls vLLM's ``reload_weights`` with the
-  directory's safetensors tensors. Its layerwise reload warned "RotaryEmbedding: Failed to load
-  weights" (the rope cache is a computed buffer, counted as loadable) and "ParallelLMHead: Failed
-  to load weights" (a *tied* head, ``tie_word_embeddings``: Llama-3.2, Qwen2.5-1.5B, the embedded
-  tiny model, gets no tensor of its own; on the CPU build it also kept its pre-packed oneDNN copy
-  of the old embedding, so logits stayed stale). The extension marks computed buffers as never
-  loaded and feeds the embedding to the tied head too; it still re-packs the head afterwards. The
-  prefix cache holds KV computed with the old weights and is reset too.
+* In-place weight update from disk (``update_weights``): the worker extension calls vLLM's
+  ``reload_weights`` with the directory's safetensors tensors. Its layerwise reload warned
+  "RotaryEmbedding: Failed to load weights" (the rope cache is a computed buffer, counted as loadable)
+  and "ParallelLMHead: Failed to load weights" (a *tied* head, ``tie_word_embeddings``: Llama-3.2,
+  Qwen2.5-1.5B, the embedded tiny model, gets no tensor of its own; on the CPU build it also kept its
+  pre-packed oneDNN copy of the old embedding, so logits stayed stale). Computed buffers are marked as
+  never loaded and the tied head is fed the embedding (:mod:`weight_transfer`). The prefix cache holds KV
+  computed with the old weights and is reset too.
+* From memory (``load_weight_groups``): an engine in this process takes the trainer's tensors layer by
+  layer through vLLM's RL weight-transfer API with a backend of ours (:mod:`weight_transfer`).
 * ``in_process=True`` builds the engine core and the model in the calling process
-  (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` while it starts): on 2 CPU cores it starts in ~2 s
-  instead of ~16 s and generates 1.35-1.6x faster (bench/notes/generation.md; no engine-core
-  and worker processes competing for the cores), but vLLM then binds the caller's OpenMP
-  threads to cores and seeds its global RNG. So the library default is separate processes (a trainer sharing the process
-  keeps its threads); ``None`` means in-process on CPU, which ``prl generate`` uses.
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` while it starts): on 2 CPU cores it starts faster and
+  generates 1.35-1.6x faster (no engine-core and worker processes competing for the cores), but vLLM
+  then binds the caller's OpenMP threads to cores and seeds its global RNG. So the library default is
+  separate processes; ``None`` means in-process on CPU, which ``prl generate`` and ``prl eval`` use.
+* ``colocate=True`` (training): vLLM's ``external_launcher`` executor, in the caller's process, joined to
+  the training ranks' process group as an independent data-parallel replica, on ``cuda:<LOCAL_RANK>``
+  on GPUs (TRL's colocate mode uses it the same way). ``sleep_mode``: ``LLM.sleep``/``wake_up`` around
+  the update; vLLM's CPU build takes the calls and keeps its memory (it has no sleep mode).
 * ``logprobs_mode="processed_logprobs"`` gives log-probs after temperature/top-p (the
   sampling policy); ``SamplingParams(logprobs=0)`` returns just the sampled token's.
 """
