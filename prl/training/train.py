@@ -10,7 +10,7 @@ Departures from the paper (Yao et al. 2026, Table 6 and the authors' verl script
 
 1. Scale: the embedded default trains a 0.85 M-parameter Llama on a synthetic arithmetic task
    on CPU (fp32, gloo) with short responses; ``configs/train/paper_qwen2.5_math_*.yaml`` hold the
-   paper's setting for GPUs. η must be read relative to response length (docs/architecture.md).
+   paper's setting for GPUs. η must be read relative to response length (S sums over the remaining tokens).
 2. Loss aggregation over gradient accumulation follows DeepSpeed: each micro-batch's loss
    (token-mean inside it) is divided by the accumulation steps, so a mini-batch update is the
    mean of its micro-batches' token-means, as in verl — not one token-mean over the whole
