@@ -61,12 +61,14 @@ def register(sub) -> None:
         help="train with PRL / GRPO / Dr.GRPO / RAFT on DeepSpeed (Prefect flow, resumable)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="""\
-Train a policy as the paper does: per step, n rollouts per prompt (vLLM, weights reloaded in
-place), Math-Verify rewards, old-policy and reference log-probs, advantages from prl_core for
-the config's estimator, ppo_epochs of mini-batch PPO-clip updates through deepspeed.initialize,
-per-step metrics (reward, accuracy, KL to the reference, entropy, clip fraction, rho, grad norm,
-phase times) and per-segment S and rho into the store, a DeepSpeed checkpoint, and periodic
-evaluations of the current policy stored as eval runs linked to the step.
+Train a policy as the paper does: per step, n rollouts per prompt (each rank's own vLLM engine in
+its own process and device; the new weights handed to it from memory after every update),
+Math-Verify rewards, old-policy and reference log-probs, advantages from prl_core for the config's
+estimator, ppo_epochs of mini-batch PPO-clip updates through deepspeed.initialize, per-step metrics
+(reward, accuracy, KL to the reference, entropy, clip fraction, rho, grad norm, time and peak memory
+per phase) and per-segment S and rho into the store, a DeepSpeed checkpoint, and periodic
+evaluations of the current policy (every rank generating a share) stored as eval runs linked to
+the step.
 
 The config file has an 'algorithm:' and a 'train:' section (configs/train/*.yaml); contradictory
 settings are refused before anything starts. --resume continues from the last checkpoint with

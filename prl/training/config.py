@@ -43,7 +43,8 @@ class TrainConfig:
     temperature: float = 1.0
     """Rollout sampling temperature (the paper: 1.0)."""
     engine: str = "vllm"
-    """Rollout engine: 'vllm' (weights reloaded in place after each step) or 'hf'."""
+    """Rollout engine: 'vllm' (in this process on this rank's device; new weights from memory after each
+    update) or 'hf' (transformers.generate)."""
     weight_sync: str = "memory"
     """How updated weights reach the rollout engine: 'memory' (handed over in this process; falls back to
     'disk' when the engine's workers run in other processes) or 'disk' (save_pretrained + reload)."""
