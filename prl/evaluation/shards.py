@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from prl.data.datasets import Problem
-from prl.evaluation.steps import check_prompts, generate_chunk, start_engine, verify_chunk
+from prl.evaluation.steps import check_prompts, chunked, generate_chunk, start_engine, verify_chunk
 from prl.generation.prompts import template_record
 from prl.grading.verifier import VerifierPool
 from prl.store.db import OPTIONAL_SAMPLE_COLUMNS, SAMPLE_COLUMNS, Store, StoreError, sample_schema, samples_table
@@ -104,15 +104,21 @@ def run_shard(cfg, run_id: str, problems: Sequence[Problem], path: str | Path, *
     try:
         t_start = time.perf_counter() - t0
         check_prompts(engine, problems)
-        t = time.perf_counter()
-        samples = generate_chunk(engine, problems, cfg.sampling())
-        t_gen = time.perf_counter() - t
-        t = time.perf_counter()
+        t_gen = t_ver = 0.0
+        rows = []
         with (contextlib.nullcontext(pool) if pool is not None else
               VerifierPool(cfg.verifier_workers, timeout_s=cfg.verify_timeout_s, wall_s=3.0 * cfg.verify_timeout_s)
               ) as verifier:
-            rows = verify_chunk(verifier, run_id, problems, samples)
-        t_ver = time.perf_counter() - t
+            # chunk_problems at a time, as the in-process path does: an engine's KV cache holds a chunk's
+            # sequences, not the whole shard's (vLLM would otherwise preempt and recompute); with vLLM the
+            # samples do not depend on the chunking (per-prompt seeds)
+            for chunk in chunked(problems, cfg.chunk_problems):
+                t = time.perf_counter()
+                samples = generate_chunk(engine, chunk, cfg.sampling())
+                t_gen += time.perf_counter() - t
+                t = time.perf_counter()
+                rows += verify_chunk(verifier, run_id, chunk, samples)
+                t_ver += time.perf_counter() - t
         write_shard(rows, path)
         info = {"engine": engine.info(),
                 "template": template_record(engine.tokenizer)}
