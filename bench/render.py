@@ -878,17 +878,109 @@ def region_suite(res: Results) -> str:
     return "\n".join(lines)
 
 
+def _size(gib: float) -> str:
+    return f"{gib:.2f} GiB" if gib >= 1 else f"{gib * 1024:.0f} MiB"
+
+
+def region_memory(res: Results) -> str:
+    r = res.get("memory")
+    if r is None:
+        return missing("memory", "python bench/memory.py")
+    env = r["environment"]
+    lines = [f"`{r['command']}`; {machine_detail(r['machine'])}. Memory is the process's resident set: its peak "
+             "(VmHWM, reset through `/proc/self/clear_refs` before each phase) minus the RSS before the phase; every "
+             f"measurement runs in a fresh process with `MALLOC_MMAP_THRESHOLD_={env['MALLOC_MMAP_THRESHOLD_']}` "
+             f"(freed tensors go back to the system) and {env['torch_threads']} torch threads.", ""]
+    lp = r.get("logprob_pass")
+    if lp:
+        lines += [f"**1. The log-prob + entropy pass, chunked (today) vs full logits ({r['baseline_commit']})**, "
+                  f"{lp['model']} (vocabulary {lp['vocab']:,}; its first {lp['layers_used']} of {lp['layers_of_model']} "
+                  "decoder layers: the decoder's activations are the same for both), one micro-batch, peak above the "
+                  "RSS before the pass:", ""]
+        lines += table(["micro-batch", "pass", "chunk", "full logits", "chunked", f"lower by (target ≥ {lp['target_ratio']:.0f}×)"],
+                       [[f"{c['rows']} × ({c['prompt']} + {c['response']}) = {c['response_tokens']:,} response tokens",
+                         c["pass"], str(c["chunk_tokens"]), _size(c["full_peak_bytes"] / 2**30),
+                         _size(c["chunked_peak_bytes"] / 2**30), f"**{c['ratio']:.1f}×** {met(c['meets_target'])}"]
+                        for c in lp["cases"]])
+        v = lp["values"]
+        lines += ["", f"Values ({v['response_tokens']:,} response tokens, the first micro-batch): max |Δ log-prob| "
+                  f"{v['max_abs_logp_diff']:.1e} {met(v['meets_tolerance']['logp'])}, max |Δ entropy| "
+                  f"{v['max_abs_entropy_diff']:.1e} {met(v['meets_tolerance']['entropy'])} (tolerance "
+                  f"{lp['value_tolerance']:.0e}); every parameter's gradient: max |Δ| {v['max_abs_grad_diff']:.1e} "
+                  f"(largest gradient {v['max_abs_grad']:.2f}), relative {v['max_rel_grad_diff']:.1e}. Against a "
+                  f"float64 computation from the same hidden states: chunked log-probs {v['chunked_vs_float64']['max_abs_logp']:.1e} "
+                  f"/ entropy {v['chunked_vs_float64']['max_abs_entropy']:.1e}, full logits "
+                  f"{v['full_vs_float64']['max_abs_logp']:.1e} / {v['full_vs_float64']['max_abs_entropy']:.1e}."]
+    pv = r.get("plan_vs_measured")
+    if pv:
+        names = [t["term"] for t in pv["configs"][0]["terms"]]
+        short = {"log-prob phase: activations + log-prob chunk": "log-prob phase", 
+                 "update: activations + log-prob chunk + gradients": "update"}
+        lines += ["", f"**2. The memory plan (`prl train --dry-run`, prl.training.memory) against measurement**, "
+                  "predicted / measured (ratio); the log-prob phase and the update: what the phase adds to the RSS "
+                  "before it (activations + the log-prob chunk, and in the update the gradients and DeepSpeed's "
+                  f"reduction copy); peak: the largest phase, everything included. Target: within "
+                  f"±{pv['tolerance']:.0%} (terms under {2 * pv['resolution_bytes'] / 2**20:.0f} MiB: within "
+                  f"{pv['resolution_bytes'] / 2**20:.0f} MiB); misses in bold.", ""]
+
+        def cell(x: dict) -> str:
+            text = f"{_size(x['predicted_gib'])} / {_size(x['measured_gib'])} ({x['ratio']:.2f})"
+            return text if x["within"] else f"**{text}**"
+
+        rows = []
+        for c in pv["configs"]:
+            s = c["spec"]
+            rows.append([f"{s['model']} {s['rows']} × ({s['prompt']} + {s['response']}), checkpointing "
+                         f"{'on' if s['checkpointing'] else 'off'}, chunk {s['chunk']}"]
+                        + [cell(x) for x in c["terms"]] + [cell(c["peak"]) + f" {c['peak']['measured_phase']}"])
+        lines += table(["configuration"] + [short.get(n, n) for n in names] + ["peak"], rows)
+        n_ok = sum(x["within"] for c in pv["configs"] for x in c["terms"] + [c["peak"]])
+        n_all = sum(len(c["terms"]) + 1 for c in pv["configs"])
+        kv = pv["configs"][0]["kv_cache"]
+        before = r.get("plan_before_changes")
+        lines += ["", f"Within the target: {n_ok} of {n_all}"
+                  + (f" (the plan before the changes these measurements led to, {before['commit']}: "
+                     f"{before['within']} of {before['of']})" if before else "") + ". The CPU engine's fixed part "
+                  "(`VLLM_CPU_RUNTIME_GIB`) was measured on the tiny model, so its engine row is not an independent "
+                  f"check. vLLM's KV cache ({kv['mapping_gib'][0]:.2f} GiB) is resident "
+                  f"({kv['resident_before_generation_gib'][0]:.2f} GiB) before the first generation; generating "
+                  f"{kv['generated_tokens']:,} tokens added {kv['generation_added_gib'] * 1024:.0f} MiB."]
+        if r.get("weakest"):
+            lines += ["", "Where the plan is furthest from the measurement: " + "; ".join(r["weakest"]) + "."]
+    st = r.get("step_time")
+    if st:
+        s = st["spec"]
+        lines += ["", f"**3. Step time, everything on vs off** (log-prob passes + update of one step, SmolLM2-135M, "
+                  f"{s['rows']} rollouts of {s['prompt']} prompt + 30–100% of {s['max_tokens']} response tokens, "
+                  f"micro-batches of {s['micro']}; alternated, median of {s['repeats']}). On: gradient checkpointing, "
+                  f"chunked log-probs, micro-batches cut to their own length (today's trainer); off: "
+                  f"{r['baseline_commit']}'s full logits, no checkpointing, micro-batches padded to the step's longest.", ""]
+        lines += table(["", "on", "off", f"on / off (target ≤ {st['target']:.1f}×)"],
+                       [["seconds (median)", f"{st['median_s']['on']:.1f} s", f"{st['median_s']['off']:.1f} s",
+                         f"**{st['ratio']:.3f}×** {met(st['meets_target'])}"]]
+                       + ([["median of the alternated pairs' ratios", "", "",
+                            f"{st['median_paired_ratio']:.3f}× {met(st['median_paired_ratio'] <= st['target'])}"]]
+                          if "median_paired_ratio" in st else [])
+                       + [["positions of the log-prob passes", f"{st['positions']['on']:,}",
+                           f"{st['positions']['off']:,}", ""]])
+    if r.get("findings"):
+        lines += ["", "What this run's figures say where they miss a target or need a reason:", ""]
+        lines += [f"- {x}" for x in r["findings"]]
+    return "\n".join(lines)
+
+
 REGIONS: dict[str, Callable[[Results], str]] = {
     "status": region_status, "demo": region_demo, "performance": region_performance, "reliability": region_reliability,
     "summary": region_summary, "advantages": region_advantages, "generation": region_generation, "verify": region_verify,
     "store": region_store, "store_10m": region_store_10m, "relevance": region_relevance, "external": region_external, "train_step": region_train_step,
     "dashboard": region_dashboard, "load": region_load, "faults": region_faults, "real_model": region_real_model,
     "study": region_study, "peers": region_peers, "suite": region_suite, "suite_time": region_suite_time,
+    "memory": region_memory,
 }
 EXPECTED = {
     "README.md": ("suite_time", "status", "demo", "performance", "reliability", "external", "study"),
     "bench/RESULTS.md": ("summary", "advantages", "generation", "real_model", "verify", "store", "store_10m", "relevance",
-                         "external", "train_step", "dashboard", "load", "faults", "study", "peers", "suite"),
+                         "external", "train_step", "dashboard", "load", "faults", "study", "peers", "suite", "memory"),
 }
 
 REGION_RE = re.compile(r"<!-- figures:(?P<name>[a-z][a-z0-9_-]*) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)

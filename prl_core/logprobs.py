@@ -30,7 +30,9 @@ def _chunk_logits(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 CHUNK_BYTES_PER_LOGIT = 8
 """Peak bytes per (token, vocabulary) entry of one chunk, forward or backward: two fp32 (n, V) tensors alive at
 once (the logits and their exp / softmax; everything else is updated in place). The memory plan's log-prob term
-is ``CHUNK_BYTES_PER_LOGIT × chunk_tokens × V`` (prl.training.memory)."""
+is ``CHUNK_BYTES_PER_LOGIT × chunk_tokens × V`` (prl.training.memory); in the backward pass the plan adds the
+LM head's fp32 gradient accumulator (V × H) and each chunk's ``g.t() @ h`` product of the same size (measured by
+bench/memory.py: at 128-token chunks on SmolLM2 they outweigh the chunk's logits)."""
 
 
 class _ChunkedLogProbs(torch.autograd.Function):

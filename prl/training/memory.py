@@ -7,30 +7,39 @@ term                   how it is computed
 =====================  ===================================================================================
 model states           bf16: DeepSpeed's own estimators (``estimate_zero{2,3}_model_states_mem_needs``:
                        bf16 weights and gradients, fp32 master weights and Adam moments, ZeRO-partitioned);
-                       fp32 (the CPU): 16 bytes per parameter (weights, gradients, two Adam moments), the
-                       moments partitioned from ZeRO 1, everything from ZeRO 3
+                       fp32 (the CPU): weights and two Adam moments (12 bytes per parameter, the moments
+                       partitioned from ZeRO 1, everything from ZeRO 3); at ZeRO 0 the 4-byte gradients
+                       exist only in the update, where DeepSpeed also copies them into a flat bucket (up to
+                       5e8 elements) to all-reduce them; other stages keep the gradients in every phase
 reference              the frozen copy: bytes per parameter × parameters; under ZeRO-3 partitioned like the
                        policy, plus its largest layer gathered; none on the device with ``ref_offload``
 engine                 the colocated rollout engine. vLLM on a GPU takes its share of the device
                        (``rollout_memory_utilization``; or its weights + ``rollout_kv_cache_gib`` + 1 GiB of
                        work space) and, asleep (``rollout_sleep_level`` ≥ 1), keeps ~0.5 GiB; on the CPU its
-                       weights and KV cache stay. transformers: its weights, the generation's KV cache and
-                       last-token logits
+                       weights, oneDNN copies of the embedding and the LM head, its KV cache (zero-filled
+                       when built: all resident) and :data:`VLLM_CPU_RUNTIME_GIB` stay. transformers: its
+                       weights, the generation's KV cache and last-token logits
 activations            what autograd keeps for one micro-batch (rows × its longest sequence, or the token
                        budget): per token and layer, measured on one real decoder layer of the model's own
-                       architecture (:func:`probe_layer`), × layers; plus one layer's worth again for the
-                       layer being back-propagated (twice that with gradient checkpointing, which
-                       recomputes it first)
+                       architecture (:func:`probe_layer`), × layers; plus what that layer's backward adds
+                       (its recomputed forward first, with gradient checkpointing); in the no-gradient
+                       passes, one layer's peak
 log-prob chunk         ``CHUNK_BYTES_PER_LOGIT`` × ``logprob_chunk_tokens`` × vocabulary
-                       (:mod:`prl_core.logprobs`: two fp32 chunk × V tensors at a time)
+                       (:mod:`prl_core.logprobs`: two fp32 chunk × V tensors at a time); its backward also
+                       holds the LM head's fp32 gradient and one V × H product per chunk
 overhead               GPU: the CUDA context, NCCL's buffers (several ranks) and 10% of the activations for
                        the allocator's fragmentation; CPU: the process's own resident memory before any model
                        (Python, torch, vLLM), as the dry run measures it in itself
 =====================  ===================================================================================
 
 The peak is the largest of three phases: rollouts (engine awake, no activations), the no-gradient
-log-prob passes and the update (engine asleep when sleep mode is on). ``bench/memory.py`` measures
-each term on the CPU for several configurations and compares it with this model (``bench/results/memory.json``).
+log-prob passes and the update (engine asleep when sleep mode is on). Activations, the log-prob chunk and
+the gradients do not peak together, so a phase is planned at each moment where its peak can fall — the
+no-gradient pass inside a decoder layer or in a log-prob chunk; the update in the chunks' backward (every
+activation still kept), in the last layer's backward, or in DeepSpeed's gradient reduction — and its
+value is its largest moment, each term valued at that moment (``peak_moments``, ``moments_added_gib``).
+``bench/memory.py`` measures each term on the CPU for several configurations and compares it with this
+model (``bench/results/memory.json``).
 """
 
 from __future__ import annotations
@@ -59,6 +68,13 @@ VLLM_WORKSPACE_GIB = 1.0
 """vLLM's own activations and CUDA graphs beside its weights and KV cache, when the KV cache is given in GiB."""
 VLLM_ASLEEP_GIB = 0.5
 """What a sleeping vLLM engine keeps on the device (its CUDA graphs and allocator state)."""
+VLLM_CPU_RUNTIME_GIB = 0.25
+"""vLLM's own resident memory on the CPU beside its weights, their oneDNN copies and its KV cache: the modules it
+imports when it builds an engine (its engine core, CPU worker and model runner: ~0.17 GiB that ``import vllm``,
+what the CPU overhead term measures, does not load), its tokenizer and its worker's buffers. Measured by
+bench/memory.py on the tiny model, whose 3 MB of weights leave only this; checked there on SmolLM2."""
+DS_ALLREDUCE_BUCKET = 500_000_000
+"""Elements per flat bucket of DeepSpeed's gradient all-reduce at ZeRO 0 (``MEMORY_OPT_ALLREDUCE_SIZE``)."""
 
 
 @dataclass(frozen=True)
@@ -83,13 +99,50 @@ class LayerProfile:
     saved_checkpointed: float
     """The same with gradient checkpointing (the layer's inputs only)."""
     dtype: str
+    nograd: float = 0.0
+    """The peak of the layer's tensors in a no-gradient forward pass, its output included (its input is not)."""
+    backward: float = 0.0
+    """The peak the layer's backward pass adds to what the forward kept (gradients of its activations, net of
+    the saved tensors it frees as it goes)."""
+    backward_checkpointed: float = 0.0
+    """The same with gradient checkpointing: the recomputed forward's saved tensors, then the backward."""
 
 
-def probe_layer(config, dtype, tokens: tuple[int, int] = (16, 48)) -> LayerProfile:
-    """Bytes per token that one decoder layer of ``config``'s architecture keeps for backward, with and without
-    gradient checkpointing: the layer is built at its real width (uninitialised weights, one layer only), run
-    on two sequence lengths, and every tensor autograd saves is counted once (by storage); the difference
-    between the lengths divided by the tokens is the per-token cost (attention here is linear in length)."""
+def _peak_allocated(fn) -> int:
+    """The peak of CPU tensor bytes allocated and not yet freed while ``fn`` runs, above the start: torch's
+    profiler records every allocation and free of the CPU allocator, in order. (Its start-up lines on stderr are
+    silenced.)"""
+    import os
+
+    from torch.profiler import ProfilerActivity, profile
+
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+    live = top = 0
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    for e in sorted(events, key=lambda e: e.start_ns()):
+        live += e.nbytes()
+        top = max(top, live)
+    return top
+
+
+def probe_layer(config, dtype, tokens: tuple[int, int] = (16, 48),
+                backward_tokens: tuple[int, int] = (64, 192)) -> LayerProfile:
+    """Bytes per token of one decoder layer of ``config``'s architecture: what it keeps for backward, with and
+    without gradient checkpointing (every tensor autograd saves, counted once by storage); the peak of its
+    no-gradient forward; and the peak its backward adds, with and without checkpointing (the last three from
+    the profiler's record of every allocation and free). The layer is built at its real width (uninitialised
+    weights, one layer only) and run on two sequence lengths; the difference between them divided by the tokens
+    is the per-token cost (attention here is linear in length). For the backward the layer's parameters are
+    frozen, so that their gradients (counted in the model states, and no per-token cost) do not blur the
+    difference; ``backward_tokens`` are longer for the same reason."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -104,6 +157,22 @@ def probe_layer(config, dtype, tokens: tuple[int, int] = (16, 48)) -> LayerProfi
     rotary = type(meta.get_decoder().rotary_emb)(config=cfg)
     params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
 
+    def inputs(n: int, grad: bool):
+        hidden = torch.randn(1, n, cfg.hidden_size, dtype=dtype, requires_grad=grad)
+        pos = torch.arange(n)[None]
+        return hidden, pos, rotary(hidden, pos)
+
+    def checkpointing(on: bool) -> None:
+        layer.train()
+        if on:
+            from functools import partial
+
+            from torch.utils.checkpoint import checkpoint
+
+            layer.gradient_checkpointing, layer._gradient_checkpointing_func = True, partial(checkpoint, use_reentrant=False)
+        else:
+            layer.gradient_checkpointing = False
+
     def saved_bytes(n: int, checkpointed: bool) -> int:
         seen: dict[int, int] = {}
 
@@ -113,25 +182,41 @@ def probe_layer(config, dtype, tokens: tuple[int, int] = (16, 48)) -> LayerProfi
                 seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())
             return t
 
-        hidden = torch.randn(1, n, cfg.hidden_size, dtype=dtype, requires_grad=True)
-        pos = torch.arange(n)[None]
-        rope = rotary(hidden, pos)
-        layer.train()
-        if checkpointed:
-            from functools import partial
-
-            from torch.utils.checkpoint import checkpoint
-
-            layer.gradient_checkpointing, layer._gradient_checkpointing_func = True, partial(checkpoint, use_reentrant=False)
-        else:
-            layer.gradient_checkpointing = False
+        hidden, pos, rope = inputs(n, True)
+        checkpointing(checkpointed)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             layer(hidden, position_ids=pos, position_embeddings=rope)
         return sum(seen.values())
 
-    a, b = tokens
-    per = {ck: (saved_bytes(b, ck) - saved_bytes(a, ck)) / (b - a) for ck in (False, True)}
-    return LayerProfile(saved=per[False], saved_checkpointed=per[True], dtype=str(dtype).removeprefix("torch."))
+    def nograd_peak(n: int) -> int:
+        hidden, pos, rope = inputs(n, False)
+        checkpointing(False)
+        with torch.no_grad():
+            return _peak_allocated(lambda: layer(hidden, position_ids=pos, position_embeddings=rope))
+
+    def backward_peak(n: int, checkpointed: bool) -> int:
+        hidden, pos, rope = inputs(n, True)
+        checkpointing(checkpointed)
+        layer.requires_grad_(False)
+        try:
+            out = layer(hidden, position_ids=pos, position_embeddings=rope)
+            out = out[0] if isinstance(out, tuple) else out
+            grad = torch.randn_like(out)
+            return _peak_allocated(lambda: out.backward(grad))
+        finally:
+            layer.requires_grad_(True)
+
+    def per_token(f, lengths) -> float:
+        a, b = lengths
+        return (f(b) - f(a)) / (b - a)
+
+    per = {ck: per_token(lambda n: saved_bytes(n, ck), tokens) for ck in (False, True)}
+    back = {ck: per_token(lambda n: backward_peak(n, ck), backward_tokens) for ck in (False, True)}
+    nograd = per_token(nograd_peak, tokens)
+    if not (nograd > 0 and back[False] > 0 and back[True] > 0):  # a torch whose profiler records no memory
+        nograd, back = per[False], {False: per[False], True: 2 * per[False]}  # the saved tensors: an upper bound
+    return LayerProfile(saved=per[False], saved_checkpointed=per[True], dtype=str(dtype).removeprefix("torch."),
+                        nograd=nograd, backward=back[False], backward_checkpointed=back[True])
 
 
 @dataclass
@@ -146,15 +231,27 @@ class Term:
 
 
 def _model_states(shape: ModelShape, *, dtype: str, zero_stage: int, world: int, deepspeed_gpu_bytes: float | None
-                  ) -> tuple[float, str]:
+                  ) -> tuple[float, float, float, str]:
+    """(bytes at rest, gradients added during the update, DeepSpeed's reduction copy of them, how).
+
+    fp32 ZeRO 0 (measured on the CPU, bench/memory.py): weights and Adam's two moments stay; the gradients exist
+    from the backward pass to the optimizer step (DeepSpeed then sets them to None), and at the accumulation
+    boundary DeepSpeed's ``buffered_allreduce_fallback`` copies them into flat buckets of up to
+    :data:`DS_ALLREDUCE_BUCKET` elements (with one rank too) — the update's peak when activations are small.
+    Other stages and bf16 (DeepSpeed's estimator): the same bytes in every phase."""
     P, N = shape.params, world
     if dtype == "bfloat16" and deepspeed_gpu_bytes is not None:
-        return deepspeed_gpu_bytes, f"DeepSpeed's ZeRO-{zero_stage} estimator (bf16 + fp32 master and Adam)"
+        return deepspeed_gpu_bytes, 0.0, 0.0, f"DeepSpeed's ZeRO-{zero_stage} estimator (bf16 + fp32 master and Adam)"
     if zero_stage == 3:
-        return 16 * P / N + 4 * shape.largest_layer, "fp32: (4 weights + 4 grads + 8 Adam) bytes/param / ranks"
+        return 16 * P / N + 4 * shape.largest_layer, 0.0, 0.0, "fp32: (4 weights + 4 grads + 8 Adam) bytes/param / ranks"
     optim = 8 * P / (N if zero_stage >= 1 else 1)
     grads = 4 * P / (N if zero_stage >= 2 else 1)
-    return 4 * P + grads + optim, "fp32: 4 weights + 4 grads + 8 Adam bytes/param (moments partitioned from ZeRO 1)"
+    if zero_stage == 0:
+        bucket = 4 * min(P, DS_ALLREDUCE_BUCKET)
+        return (4 * P + optim, grads, bucket,
+                "fp32: 4 weights + 8 Adam bytes/param; in the update + 4 gradients and DeepSpeed's flat copy of them "
+                f"for the reduction ({bucket / GIB:.2f} GiB)")
+    return 4 * P + grads + optim, 0.0, 0.0, "fp32: 4 weights + 4 grads + 8 Adam bytes/param (moments partitioned from ZeRO 1)"
 
 
 def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, device: str, capacity_gib: float,
@@ -176,8 +273,8 @@ def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, devi
     tokens = t.max_tokens_per_micro_batch or rows * seq  # positions of one micro-batch (its longest × rows)
     response_tokens = min(tokens, rows * t.max_tokens) if not t.max_tokens_per_micro_batch else tokens
 
-    states, states_how = _model_states(shape, dtype=t.dtype, zero_stage=t.zero_stage, world=world,
-                                       deepspeed_gpu_bytes=deepspeed_gpu_bytes)
+    rest, grads, bucket, states_how = _model_states(shape, dtype=t.dtype, zero_stage=t.zero_stage, world=world,
+                                                    deepspeed_gpu_bytes=deepspeed_gpu_bytes)
     if not with_reference:
         ref, ref_how = 0.0, "none: nothing reads it (ref_kl_metric: false, no KL loss, an estimator without it)"
     elif t.ref_offload:
@@ -208,8 +305,11 @@ def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, devi
                 eng_how += f"; asleep during the update (level {t.rollout_sleep_level}): ~{VLLM_ASLEEP_GIB} GiB"
         else:
             kv = (t.rollout_kv_cache_gib or 1.0) * GIB
-            awake = asleep = weights + kv
-            eng_how = f"vLLM on the CPU: weights + {kv / GIB:.1f} GiB KV cache (its CPU build keeps them while asleep)"
+            packed = 2 * V * H * e  # VocabParallelEmbedding keeps its weight beside its oneDNN copy: embedding, head
+            awake = asleep = weights + packed + kv + VLLM_CPU_RUNTIME_GIB * GIB
+            eng_how = (f"vLLM on the CPU: weights + oneDNN copies of the embedding and the LM head "
+                       f"({packed / GIB:.2f} GiB) + {kv / GIB:.1f} GiB KV cache (zero-filled at start: all resident) + "
+                       f"{VLLM_CPU_RUNTIME_GIB} GiB of its own; its CPU build keeps them while asleep")
     else:
         in_flight = min(256, rollouts_per_rank)  # the hf engine's batch_size
         cache = in_flight * seq * L * 2 * shape.kv_dim * e
@@ -217,38 +317,68 @@ def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, devi
         asleep = 0.0 if t.rollout_sleep_level else awake
         eng_how = f"transformers: weights + KV cache of {in_flight} rows x {seq} tokens + last-token logits"
 
-    per_layer = profile.saved_checkpointed if t.gradient_checkpointing else profile.saved
+    # Activations and the log-prob chunk at the moments of a phase where its peak can fall; a phase's peak is its
+    # largest moment, and each term's value in that phase is its value at that moment.
+    ck = t.gradient_checkpointing
+    per_layer = profile.saved_checkpointed if ck else profile.saved
     boundary = 4 * H * e  # embedding output, final norm, the hidden states read off the decoder
-    acts = tokens * (L * per_layer + boundary + profile.saved * (2 if t.gradient_checkpointing else 1))
-    acts_how = (f"{tokens:,} tokens x ({L} layers x {per_layer / 1024:.1f} KiB"
-                f"{' (checkpointed)' if t.gradient_checkpointing else ''} + the layer in backward"
-                f"{' recomputed' if t.gradient_checkpointing else ''})")
+    kept = tokens * (L * per_layer + boundary)  # what autograd holds when the backward pass starts
+    in_backward = tokens * (profile.backward_checkpointed if ck else profile.backward)
     chunk_tokens = min(t.logprob_chunk_tokens, response_tokens)
-    chunk = CHUNK_BYTES_PER_LOGIT * chunk_tokens * V + 2 * response_tokens * H * e
-    chunk_how = f"{CHUNK_BYTES_PER_LOGIT} B x {chunk_tokens} tokens x {V:,} vocabulary (fp32 logits, two at a time)"
-    nograd = tokens * (2 * H * e + profile.saved)  # the hidden state and one layer's temporaries
+    logits = CHUNK_BYTES_PER_LOGIT * chunk_tokens * V  # two fp32 chunk x V tensors at once
+    head_grad = 4 * V * H  # the backward's fp32 accumulator of the LM head's gradient; each chunk's product too
+    rows_h = response_tokens * H * e  # the response tokens' hidden states (and, backward, their gradient)
+    chunk_fwd = logits + rows_h
+    chunk_bwd = head_grad + max(logits, logits / 2 + head_grad) + 2 * rows_h
+    moments = {  # (model states, activations, log-prob chunk) in bytes
+        "logprobs": {"decoder layers": (rest, tokens * (H * e + profile.nograd), 0.0),
+                     "log-prob chunks": (rest, tokens * H * e, chunk_fwd)},
+        "update": {"backward of the log-prob chunks": (rest, kept, chunk_bwd),
+                   "backward of the last layer": (rest + (e * V * H if grads else 0.0), kept + in_backward, 0.0)},
+    }
+    if grads:
+        moments["update"]["gradient reduction"] = (rest + grads + bucket, 0.0, 0.0)
+
     if on_gpu:
         base = (CUDA_CONTEXT_GIB + (NCCL_GIB if world > 1 else 0.0)) * GIB
-        overhead = {"rollout": base, "logprobs": base + FRAGMENTATION * (nograd + chunk),
-                    "update": base + FRAGMENTATION * (acts + chunk)}
+
+        def over(_phase: str, acts: float, chunk: float) -> float:
+            return base + FRAGMENTATION * (acts + chunk)
         over_how = (f"CUDA context {CUDA_CONTEXT_GIB} GiB" + (f" + NCCL {NCCL_GIB} GiB" if world > 1 else "")
                     + f" + {FRAGMENTATION:.0%} of the phase's activations and chunk (fragmentation)")
     else:
-        overhead = dict.fromkeys(("rollout", "logprobs", "update"), baseline_bytes)
+        def over(_phase: str, acts: float, chunk: float) -> float:
+            return baseline_bytes
         over_how = "the process before any model (Python, torch, vLLM), measured"
 
-    phases = {
-        "rollout": states + ref + awake + overhead["rollout"],
-        "logprobs": states + ref + asleep + nograd + chunk + overhead["logprobs"],
-        "update": states + ref + asleep + acts + chunk + overhead["update"],
-    }
+    engine_in = {"rollout": awake, "logprobs": asleep, "update": asleep}
+    at: dict[str, tuple[str, float, float, float, float]] = {"rollout": ("generation", rest, 0.0, 0.0, over("rollout", 0, 0))}
+    added: dict[str, dict[str, float]] = {}
+    for phase, ms in moments.items():
+        totals = {name: st + a + c + over(phase, a, c) for name, (st, a, c) in ms.items()}
+        added[phase] = {name: (st - rest + a + c) / GIB for name, (st, a, c) in ms.items()}
+        name = max(totals, key=totals.get)
+        st, a, c = ms[name]
+        at[phase] = (name, st, a, c, over(phase, a, c))
+    phases = {phase: st + ref + engine_in[phase] + a + c + o for phase, (_n, st, a, c, o) in at.items()}
+    acts_how = (f"{tokens:,} tokens x ({L} layers x {per_layer / 1024:.1f} KiB{' (checkpointed)' if ck else ''} kept "
+                f"+ {(profile.backward_checkpointed if ck else profile.backward) / 1024:.1f} KiB for the layer in "
+                f"backward{', recomputed first' if ck else ''}); no-gradient: one layer's {profile.nograd / 1024:.1f} KiB"
+                f"/token; the update peaks at: {at['update'][0]}")
+    chunk_how = (f"{CHUNK_BYTES_PER_LOGIT} B x {chunk_tokens} tokens x {V:,} vocabulary (fp32 logits, two at a time); "
+                 f"backward + the LM head's fp32 gradient and one V x H product ({head_grad / GIB:.2f} GiB each)")
+
+    def by_phase(i: int) -> dict[str, float]:
+        return {phase: v[i] / GIB for phase, v in at.items()}
+
+    all_moments = [m for ms in moments.values() for m in ms.values()]
     terms = [
-        Term("model states", states / GIB, states_how),
+        Term("model states", max(by_phase(1).values()), states_how, by_phase(1)),
         Term("reference", ref / GIB, ref_how),
-        Term("engine", awake / GIB, eng_how, {"rollout": awake / GIB, "logprobs": asleep / GIB, "update": asleep / GIB}),
-        Term("activations", acts / GIB, acts_how, {"rollout": 0.0, "logprobs": nograd / GIB, "update": acts / GIB}),
-        Term("log-prob chunk", chunk / GIB, chunk_how, {"rollout": 0.0, "logprobs": chunk / GIB, "update": chunk / GIB}),
-        Term("overhead", max(overhead.values()) / GIB, over_how, {k: v / GIB for k, v in overhead.items()}),
+        Term("engine", awake / GIB, eng_how, {k: v / GIB for k, v in engine_in.items()}),
+        Term("activations", max(m[1] for m in all_moments) / GIB, acts_how, by_phase(2)),
+        Term("log-prob chunk", max(m[2] for m in all_moments) / GIB, chunk_how, by_phase(3)),
+        Term("overhead", max(by_phase(4).values()), over_how, by_phase(4)),
     ]
     peak_phase = max(phases, key=phases.get)
     peak = phases[peak_phase]
@@ -256,6 +386,7 @@ def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, devi
     out = {"device": device, "capacity_gib": capacity_gib, "terms": [asdict(x) for x in terms],
            "phases_gib": {k: v / GIB for k, v in phases.items()}, "peak_phase": peak_phase, "peak_gib": peak / GIB,
            "fits": fits, "headroom_gib": capacity_gib - peak / GIB,
+           "peak_moments": {phase: v[0] for phase, v in at.items()}, "moments_added_gib": added,
            "inputs": {"micro_batch_tokens": tokens, "sequence": seq, "prompt_tokens": prompt_tokens,
                       "layer_bytes_per_token": asdict(profile), "world": world}}
     return out
