@@ -144,6 +144,31 @@ def target_rows(res: Results, with_faults: bool = True, with_demo: bool = True) 
         worst = max(v["ratio_to_grpo"] for k, v in ts["cases"].items() if k != "grpo")
         rows.append(("PRL training step within 5% of GRPO's", f"{worst:.3f}× (slowest PRL split)", "GRPO step, same rollouts",
                      met(worst <= 1.05), "train_step"))
+    mem = res.get("memory")
+    if mem and mem.get("logprob_pass"):
+        cases = [c for c in mem["logprob_pass"]["cases"] if c["chunk_tokens"] == 1024]
+        small = min(c["response_tokens"] for c in cases)
+        at = {c["pass"]: c for c in cases if c["response_tokens"] == small}
+        train, nograd = at["forward + backward"], at["no gradient"]
+        rows.append((f"Log-prob + entropy peak memory ≥ {mem['logprob_pass']['target_ratio']:.0f}× lower than full "
+                     f"logits (vocabulary {mem['logprob_pass']['vocab']:,}, {small:,} response tokens)",
+                     f"{train['ratio']:.1f}× training pass, {nograd['ratio']:.1f}× no-gradient pass", "full logits (the "
+                     "trainer before issue 26)", met(train["meets_target"] and nograd["meets_target"]), "memory"))
+    pv = (mem or {}).get("plan_vs_measured")
+    if pv:
+        cells = [x for c in pv["configs"] for x in c["terms"] + [c["peak"]]]
+        big = [x for x in cells if x["measured_gib"] * 2**30 >= 2 * pv["resolution_bytes"]]
+        rows.append((f"Memory plan within ±{pv['tolerance']:.0%} of measured, every term, {len(pv['configs'])} CPU "
+                     "configurations", f"{sum(x['within'] for x in cells)} of {len(cells)} within; ratios "
+                     f"{min(x['ratio'] for x in big):.2f}–{max(x['ratio'] for x in big):.2f} (terms ≥ "
+                     f"{2 * pv['resolution_bytes'] / 2**20:.0f} MiB; smaller ones within "
+                     f"{pv['resolution_bytes'] / 2**20:.0f} MiB)",
+                     "peak RSS per phase, measured", met(all(x["within"] for x in cells)), "memory"))
+    st_ = (mem or {}).get("step_time")
+    if st_:
+        rows.append((f"Training step with chunked log-probs, checkpointing, trimmed micro-batches ≤ {st_['target']}× without",
+                     f"{st_['ratio']:.2f}× (medians; {st_['median_paired_ratio']:.2f}× median of pairs)",
+                     "full logits, no checkpointing, step-wide padding", met(st_["meets_target"]), "memory"))
     gen = res.get("generation")
     if gen:
         best = max(v["in_process"] for v in gen["ratio_summary"].values())

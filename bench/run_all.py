@@ -46,6 +46,7 @@ BENCHES = {
                                "--name", "store_10m"] if full else None,
     "relevance": lambda full: [sys.executable, str(HERE / "relevance.py")],
     "train_step": lambda full: [sys.executable, str(HERE / "train_step.py"), "--model", _warm_model()],
+    "memory": lambda full: [sys.executable, str(HERE / "memory.py")],
     "dashboard": lambda full: [sys.executable, str(HERE / "dashboard.py")],
     "load_test": lambda full: [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_load.py", "-s"],
     "load": lambda full: [sys.executable, str(HERE / "load.py")],

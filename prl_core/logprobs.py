@@ -31,8 +31,8 @@ CHUNK_BYTES_PER_LOGIT = 8
 """Peak bytes per (token, vocabulary) entry of one chunk, forward or backward: two fp32 (n, V) tensors alive at
 once (the logits and their exp / softmax; everything else is updated in place). The memory plan's log-prob term
 is ``CHUNK_BYTES_PER_LOGIT × chunk_tokens × V`` (prl.training.memory); in the backward pass the plan adds the
-LM head's fp32 gradient accumulator (V × H) and each chunk's ``g.t() @ h`` product of the same size (measured by
-bench/memory.py: at 128-token chunks on SmolLM2 they outweigh the chunk's logits)."""
+LM head's fp32 gradient accumulator (V × H), which each chunk's ``g.t() @ h`` is added into in place (measured
+by bench/memory.py: at 128-token chunks on SmolLM2 the accumulator outweighs the chunk's logits)."""
 
 
 class _ChunkedLogProbs(torch.autograd.Function):
@@ -78,7 +78,7 @@ class _ChunkedLogProbs(torch.autograd.Function):
             if need_h:
                 grad_h[s:s + c] = (g.to(weight.dtype) @ weight).to(hidden.dtype)
             if need_w:
-                grad_w += g.t() @ h.float()
+                grad_w.addmm_(g.t(), h.float())  # in place: no V x H product per chunk
             if grad_b is not None:
                 grad_b += g.sum(0)
             del g

@@ -26,7 +26,7 @@ activations            what autograd keeps for one micro-batch (rows × its long
                        passes, one layer's peak
 log-prob chunk         ``CHUNK_BYTES_PER_LOGIT`` × ``logprob_chunk_tokens`` × vocabulary
                        (:mod:`prl_core.logprobs`: two fp32 chunk × V tensors at a time); its backward also
-                       holds the LM head's fp32 gradient and one V × H product per chunk
+                       holds the LM head's fp32 gradient (V × H), which each chunk adds into in place
 overhead               GPU: the CUDA context, NCCL's buffers (several ranks) and 10% of the activations for
                        the allocator's fragmentation; CPU: the process's own resident memory before any model
                        (Python, torch, vLLM), as the dry run measures it in itself
@@ -326,10 +326,10 @@ def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, devi
     in_backward = tokens * (profile.backward_checkpointed if ck else profile.backward)
     chunk_tokens = min(t.logprob_chunk_tokens, response_tokens)
     logits = CHUNK_BYTES_PER_LOGIT * chunk_tokens * V  # two fp32 chunk x V tensors at once
-    head_grad = 4 * V * H  # the backward's fp32 accumulator of the LM head's gradient; each chunk's product too
+    head_grad = 4 * V * H  # the backward's fp32 accumulator of the LM head's gradient (each chunk adds into it in place)
     rows_h = response_tokens * H * e  # the response tokens' hidden states (and, backward, their gradient)
     chunk_fwd = logits + rows_h
-    chunk_bwd = head_grad + max(logits, logits / 2 + head_grad) + 2 * rows_h
+    chunk_bwd = head_grad + logits + 2 * rows_h
     moments = {  # (model states, activations, log-prob chunk) in bytes
         "logprobs": {"decoder layers": (rest, tokens * (H * e + profile.nograd), 0.0),
                      "log-prob chunks": (rest, tokens * H * e, chunk_fwd)},
@@ -366,7 +366,7 @@ def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, devi
                 f"backward{', recomputed first' if ck else ''}); no-gradient: one layer's {profile.nograd / 1024:.1f} KiB"
                 f"/token; the update peaks at: {at['update'][0]}")
     chunk_how = (f"{CHUNK_BYTES_PER_LOGIT} B x {chunk_tokens} tokens x {V:,} vocabulary (fp32 logits, two at a time); "
-                 f"backward + the LM head's fp32 gradient and one V x H product ({head_grad / GIB:.2f} GiB each)")
+                 f"backward + the LM head's fp32 gradient ({head_grad / GIB:.2f} GiB)")
 
     def by_phase(i: int) -> dict[str, float]:
         return {phase: v[i] / GIB for phase, v in at.items()}
