@@ -445,9 +445,12 @@ class PeakMeter:
         self.resettable = self.cuda or _reset_rss_peak()
 
     def start(self) -> None:
+        """A phase begins: its peak is measured from here (CPU: after giving freed memory back)."""
         if self.cuda:
             self._torch.cuda.reset_peak_memory_stats(self.device)
-        elif self.resettable:
+            return
+        release_freed_memory()
+        if self.resettable:
             _reset_rss_peak()
 
     def peak_gib(self) -> float:
@@ -467,6 +470,50 @@ class PeakMeter:
             return None
         free, total = self._torch.cuda.mem_get_info(self.device)
         return (total - free - self._torch.cuda.memory_reserved(self.device)) / GIB
+
+
+HOST_MMAP_THRESHOLD = 4 << 20
+"""Bytes from which glibc's malloc maps each allocation on its own (and unmaps it when freed), pinned by a CPU
+trainer (:func:`pin_mmap_threshold`)."""
+
+
+def _libc():
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+
+
+def pin_mmap_threshold(nbytes: int = HOST_MMAP_THRESHOLD) -> bool:
+    """Pin glibc's mmap threshold (``mallopt(M_MMAP_THRESHOLD)``), so that every tensor of ``nbytes`` or more is
+    its own mapping and goes back to the system when freed. By default glibc raises the threshold to the size
+    of each large block freed (up to 32 MiB), after which activations come from its heaps and a phase's freed
+    memory stays resident and fragments the next: measured on SmolLM2's README run, the update's peak RSS was
+    17.2–18.4 GiB pinned off against 14.4 GiB pinned on (the plan: 14.7 GiB), at ~13% more time per step
+    (page faults on fresh mappings). False where there is no glibc."""
+    libc = _libc()
+    try:
+        return bool(libc is not None and libc.mallopt(-3, int(nbytes)) == 1)  # M_MMAP_THRESHOLD = -3
+    except AttributeError:
+        return False
+
+
+def release_freed_memory() -> bool:
+    """Give the pages of freed host memory back to the system (glibc's ``malloc_trim(0)``; False elsewhere).
+
+    glibc keeps the memory of freed tensors smaller than its mmap threshold in its heaps, and that threshold
+    rises with every large block freed (up to 32 MiB): a CPU trainer's activations then stay resident after
+    the update, and the next phase starts from them (measured on SmolLM2: 12.8 GiB resident between steps
+    with 4.5 GiB live). The trainer calls this at each phase start, so a phase's peak is its own."""
+    libc = _libc()
+    try:
+        return bool(libc is not None and libc.malloc_trim(0) is not None)
+    except AttributeError:
+        return False
 
 
 def _status_kib(field: str) -> int:
