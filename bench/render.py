@@ -994,18 +994,43 @@ def region_memory(res: Results) -> str:
     return "\n".join(lines)
 
 
+def region_smollm2_train(res: Results) -> str:
+    r = res.get("smollm2_train")
+    if r is None:
+        return missing("smollm2_train", "python bench/smollm2_train.py")
+    def done(c: dict) -> str:
+        return "finished" if c["rc"] == 0 else f"failed ({c['rc']})"
+
+    cmds = "; ".join(f"`{c['command']}` {done(c)} in {duration(c['seconds'])}" for c in r["commands"])
+    p, m = r["plan"], r["measured"]
+    lines = [f"`python bench/smollm2_train.py` ({machine_detail(r['machine'])}): {cmds}. The dry run's plan says "
+             f"{'fits' if p['fits'] else 'does not fit'} on this machine ({p['capacity_gib']:.1f} GiB) with a peak of "
+             f"**{p['peak_gib']:.2f} GiB** in the {p['peak_phase']} phase; the trainer measured **{m['peak_gib']:.2f} GiB** "
+             f"({m['peak_phase']}): prediction / measurement **{r['ratio']:.2f}** (target within "
+             f"±{r['tolerance']:.0%}: {met(r['within_tolerance'])}). The final evaluation stored "
+             f"{r['final_eval']['samples_added']} samples.", ""]
+    lines += table(["phase", "planned", "measured (peak RSS, reset at the phase start; max over the steps)", "ratio"],
+                   [[ph, f"{p['phases_gib'][ph]:.2f} GiB", f"{v:.2f} GiB", f"{r['phase_ratios'][ph]:.2f}"]
+                    for ph, v in m["phases_peak_gib"].items()])
+    if m.get("process_tree_peak_gib") is not None:
+        lines += ["", f"The whole process tree (the trainer, its verifier workers, the `prl` process and its Prefect "
+                      f"server) peaked at {m['process_tree_peak_gib']:.1f} GiB, as `prl train` reported it."]
+    return "\n".join(lines)
+
+
 REGIONS: dict[str, Callable[[Results], str]] = {
     "status": region_status, "demo": region_demo, "performance": region_performance, "reliability": region_reliability,
     "summary": region_summary, "advantages": region_advantages, "generation": region_generation, "verify": region_verify,
     "store": region_store, "store_10m": region_store_10m, "relevance": region_relevance, "external": region_external, "train_step": region_train_step,
     "dashboard": region_dashboard, "load": region_load, "faults": region_faults, "real_model": region_real_model,
     "study": region_study, "peers": region_peers, "suite": region_suite, "suite_time": region_suite_time,
-    "memory": region_memory,
+    "memory": region_memory, "smollm2_train": region_smollm2_train,
 }
 EXPECTED = {
-    "README.md": ("suite_time", "status", "demo", "performance", "reliability", "external", "study"),
+    "README.md": ("suite_time", "status", "demo", "performance", "reliability", "external", "study", "smollm2_train"),
     "bench/RESULTS.md": ("summary", "advantages", "generation", "real_model", "verify", "store", "store_10m", "relevance",
-                         "external", "train_step", "dashboard", "load", "faults", "study", "peers", "suite", "memory"),
+                         "external", "train_step", "dashboard", "load", "faults", "study", "peers", "suite", "memory",
+                         "smollm2_train"),
 }
 
 REGION_RE = re.compile(r"<!-- figures:(?P<name>[a-z][a-z0-9_-]*) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
