@@ -52,6 +52,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from common import machine_info, render_all, write_json  # noqa: E402
 
+from prl_core.logprobs import DEFAULT_CHUNK_TOKENS  # noqa: E402
+
 GIB = 1024 ** 3
 MIB = 1024 ** 2
 MMAP_THRESHOLD = 65536
@@ -645,7 +647,7 @@ def _case(shape: dict, train: bool, chunk: int, chunked: dict, full: dict) -> di
 
 
 def part1(smollm2: str, quick: bool) -> dict[str, Any]:
-    layers, chunk = 2, 1024
+    layers, chunk = 2, DEFAULT_CHUNK_TOKENS
     shapes = [{"rows": 8, "prompt": 160, "response": 256}]
     if not quick:
         shapes.append({"rows": 8, "prompt": 160, "response": 768})
@@ -658,12 +660,12 @@ def part1(smollm2: str, quick: bool) -> dict[str, Any]:
             cases.append(_case(shape, train, chunk, got["chunked"], got["full"]))
             say(f"part 1: {shape} {cases[-1]['pass']}: full {got['full']['peak_bytes'] / MIB:.0f} MiB, chunked "
                 f"{got['chunked']['peak_bytes'] / MIB:.0f} MiB ({cases[-1]['ratio']:.1f}x)")
-    if not quick:  # the chunk's share: the small shape with 256-token chunks
+    if not quick:  # the chunk's share: the small shape with chunks twice the default
         shape = shapes[0]
         for train in (True, False):
             c = run_one("logprob", {"dir": smollm2, "layers": layers, **shape, "how": "chunked", "train": train,
-                                    "chunk": 256})
-            cases.append(_case(shape, train, 256, c, full_of[(shape["response"], train)]))
+                                    "chunk": 2 * chunk})
+            cases.append(_case(shape, train, 2 * chunk, c, full_of[(shape["response"], train)]))
     values = run_one("values", {"dir": smollm2, "layers": layers, **shapes[0], "chunk": chunk})
     values["meets_tolerance"] = {"logp": values["max_abs_logp_diff"] <= VALUE_TOLERANCE,
                                  "entropy": values["max_abs_entropy_diff"] <= VALUE_TOLERANCE}
@@ -745,7 +747,7 @@ def part2(dirs: dict[str, str], quick: bool) -> dict[str, Any]:
 def part3(smollm2: str, quick: bool) -> dict[str, Any]:
     spec = ({"dir": smollm2, "rows": 4, "prompt": 48, "max_tokens": 64, "micro": 2, "repeats": 1} if quick else
             {"dir": smollm2, "rows": 8, "prompt": 48, "max_tokens": 128, "micro": 4, "repeats": 3})
-    res = run_one("step", {**spec, "chunk": 1024, "seed": 0})
+    res = run_one("step", {**spec, "chunk": DEFAULT_CHUNK_TOKENS, "seed": 0})
     res["spec"] = {k: v for k, v in res["spec"].items() if k != "dir"}
     res["target"] = STEP_TARGET
     res["meets_target"] = res["ratio"] <= STEP_TARGET

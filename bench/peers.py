@@ -320,14 +320,14 @@ def warm_model(work: Path) -> Path:
     return warm
 
 
-def rl_train_config(model: Path, tmp: Path, engine: str, steps: int):
+def rl_train_config(model: Path, tmp: Path, engine: str, steps: int, ref_kl_metric: bool = True):
     from prl.training.config import TrainConfig
 
     return TrainConfig(model=str(model), out_dir=str(tmp / "out"), db=str(tmp / "store.duckdb"), run_id="peers",
                        seed=RL["seed"], steps=steps + 1000, checkpoint_every=10**6, export_checkpoints=False,
                        prompts_per_step=RL["prompts_per_step"], train_size=RL["pool"], max_tokens=RL["max_tokens"],
                        engine=engine, lr=RL["lr"], mini_batch_size=RL["micro_batch"] * RL["grad_accum"],
-                       micro_batch_size=RL["micro_batch"], eval_datasets=(), threads=2)
+                       micro_batch_size=RL["micro_batch"], eval_datasets=(), threads=2, ref_kl_metric=ref_kl_metric)
 
 
 def rl_prompts(model: Path, steps: int, out: Path) -> None:
@@ -349,17 +349,19 @@ def rl_prompts(model: Path, steps: int, out: Path) -> None:
 
 
 def rl_worker(spec: str, model: Path, steps: int, warmup: int) -> None:
-    """One side of the RL step in this fresh process: our Trainer (estimator:engine) for ``steps`` steps."""
+    """One side of the RL step in this fresh process: our Trainer (estimator:engine) for ``steps`` steps.
+    ``grpo-noref``: GRPO without the reference (``ref_kl_metric: false``), as TRL's β = 0 runs it."""
     from prl_core.config import AlgorithmConfig
 
     from prl.training.config import RunConfig
     from prl.training.train import Trainer
 
     estimator, engine = spec.split(":")
-    algo = (AlgorithmConfig(estimator="grpo", n_samples=RL["group"]) if estimator == "grpo" else
+    algo = (AlgorithmConfig(estimator="grpo", n_samples=RL["group"]) if estimator.startswith("grpo") else
             AlgorithmConfig(estimator="prl", eta=20, step_split="text:\n\n", n_samples=RL["group"]))
     with tempfile.TemporaryDirectory() as tmp:
-        tr = Trainer(RunConfig(algo, rl_train_config(model, Path(tmp), engine, steps)), log=lambda _m: None,
+        config = rl_train_config(model, Path(tmp), engine, steps, ref_kl_metric=estimator != "grpo-noref")
+        tr = Trainer(RunConfig(algo, config), log=lambda _m: None,
                      progress=False)
         t0 = time.perf_counter()
         tr.open()
@@ -401,7 +403,7 @@ def rl_step(model: Path | None, steps: int, warmup: int) -> dict:
         trl_runs = []
         # TRL before and after our three sides: the machine's speed drifts over minutes (cloud cores), and
         # the bracket puts TRL's measured steps on both sides of ours
-        for spec in ("trl", "grpo:hf", "grpo:vllm", "prl:hf", "trl"):
+        for spec in ("trl", "grpo-noref:hf", "grpo:hf", "prl:hf", "grpo:vllm", "trl"):
             if spec == "trl":
                 r = subprocess.run(trl_cmd, capture_output=True, text=True, cwd=ROOT)
                 if r.returncode:

@@ -779,6 +779,26 @@ def region_study(res: Results) -> str:
     return "\n".join(lines)
 
 
+RL_PHASES = ("generate_s", "logprobs_s", "reward_s", "update_s")
+
+
+def rl_step_targets(rl: dict) -> list[str]:
+    """Issue 26's two goals for the RL step, from the same run, and where the seconds go phase by phase."""
+    sm = rl["summary"]
+    if "grpo-noref:hf" not in sm or "prl:hf" not in sm or "grpo:hf" not in sm:
+        return []
+    level = sm["trl"]["step_s"] / sm["grpo-noref:hf"]["step_s"]
+    prl = sm["prl:hf"]["step_s"] / sm["grpo:hf"]["step_s"]
+
+    def phases(a: str, b: str) -> str:
+        return ", ".join(f"{k[:-2]} {sm[a][k] - sm[b][k]:+.2f} s" for k in RL_PHASES)
+
+    return ["", f"Goals, this run: our GRPO step level with TRL's (TRL / ours ≥ 1.0, both without a reference pass): "
+                f"**{level:.2f}×** {met(level >= 1.0)}; our PRL step within 1.05× of our GRPO step (both with the "
+                f"reference pass): **{prl:.2f}×** {met(prl <= 1.05)}. Per phase, ours GRPO (no reference) − TRL: "
+                f"{phases('grpo-noref:hf', 'trl')}; ours PRL − ours GRPO: {phases('prl:hf', 'grpo:hf')}."]
+
+
 def region_peers(res: Results) -> str:
     r = res.get("peers")
     if r is None or not all(k in r for k in ("advantages", "rl_step", "verification", "analysis")):
@@ -817,8 +837,12 @@ def region_peers(res: Results) -> str:
     rows = []
     measured = {spec: [st["wall_s"] for st in side["steps"] if not st["warmup"]] for spec, side in rl["ours"].items()}
     measured["trl"] = [st["wall_s"] for run in rl.get("trl_steps", []) for st in run if not st["warmup"]]
-    for name, label in (("trl", "TRL (transformers generate)"), ("grpo:hf", "ours GRPO, hf engine"),
-                        ("grpo:vllm", "ours GRPO, vLLM engine (default)"), ("prl:hf", "ours PRL, hf engine")):
+    for name, label in (("trl", "TRL (transformers generate)"),
+                        ("grpo-noref:hf", "ours GRPO, hf engine, no reference (as TRL's β = 0)"),
+                        ("grpo:hf", "ours GRPO, hf engine, reference pass (kl/ref logged)"),
+                        ("prl:hf", "ours PRL, hf engine"), ("grpo:vllm", "ours GRPO, vLLM engine (default)")):
+        if name not in sm:
+            continue
         x = sm[name]
         ratio = "—" if name == "trl" else f"**{x['step_s'] and sm['trl']['step_s'] / x['step_s']:.2f}×**"
         spread = f" ({min(measured[name]):.2f}–{max(measured[name]):.2f})" if measured.get(name) else ""
@@ -829,6 +853,7 @@ def region_peers(res: Results) -> str:
                     "mean completion tokens",
                     "peak RSS", "TRL step / ours"], rows)
     lines += ["", "What differs between the two set-ups and cannot be made equal: " + "; ".join(rl["differences"]) + "."]
+    lines += rl_step_targets(rl)
     v = r["verification"]
     lv = v["lighteval"]
     prov = lv["provenance_check"]

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from prl_core.config import AlgorithmConfig, ConfigError
+from prl_core.logprobs import DEFAULT_CHUNK_TOKENS
 
 from prl.options import add_config_arguments, config_kwargs
 from prl.store.db import DEFAULT_STORE
@@ -75,7 +76,7 @@ class TrainConfig:
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of keeping them (transformers'
     gradient checkpointing): activation memory of one layer boundary per layer, ~1.3x the update's compute."""
-    logprob_chunk_tokens: int = 1024
+    logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS
     """Response tokens whose logits (tokens x vocabulary, fp32) exist at once when log-probs and entropy are
     computed (prl_core.logprobs); never the whole batch's B x T x V."""
     max_tokens_per_micro_batch: int = 0

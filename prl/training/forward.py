@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from prl_core.logprobs import token_logprobs
+from prl_core.logprobs import DEFAULT_CHUNK_TOKENS, token_logprobs
 
 from prl.training.batches import MicroBatch
 
@@ -26,7 +26,7 @@ def _unwrap(model):
     return getattr(model, "module", model)  # a DeepSpeed engine wraps the Hugging Face model
 
 
-def response_logprobs(model, mb: MicroBatch, *, temperature: float = 1.0, chunk_tokens: int = 1024,
+def response_logprobs(model, mb: MicroBatch, *, temperature: float = 1.0, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
                       entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(b, T_mb) float32 log-probs of ``mb``'s response tokens under ``model`` (0 off the mask) and, with
     ``entropy``, their (b, T_mb) entropies (detached). Differentiable when gradients are enabled."""
