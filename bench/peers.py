@@ -381,6 +381,17 @@ def rl_worker(spec: str, model: Path, steps: int, warmup: int) -> None:
     print(json.dumps({"spec": spec, "start_s": start_s, "steps": rows, "peak_rss_mib": int(hwm.split()[1]) / 1024}))
 
 
+RL_ORDER = ("trl", "grpo-noref:hf", "grpo:hf", "prl:hf", "trl", "prl:hf", "grpo:hf", "grpo-noref:hf", "grpo:vllm",
+            "trl")
+"""The runs of ``--part rl_step``, in order (each in a fresh process)."""
+
+
+def _median_of(xs: list[float]) -> float:
+    import statistics
+
+    return statistics.median(xs)
+
+
 def _median(rows: list[dict], key: str) -> float:
     import statistics
 
@@ -400,10 +411,10 @@ def rl_step(model: Path | None, steps: int, warmup: int) -> dict:
                    "--prompts-per-step", str(RL["prompts_per_step"]), "--group", str(RL["group"]), "--max-tokens",
                    str(RL["max_tokens"]), "--lr", str(RL["lr"]), "--micro-batch", str(RL["micro_batch"]),
                    "--grad-accum", str(RL["grad_accum"]), "--threads", "2", "--seed", str(RL["seed"]), "--in-order"]
-        trl_runs = []
-        # TRL before and after our three sides: the machine's speed drifts over minutes (cloud cores), and
-        # the bracket puts TRL's measured steps on both sides of ours
-        for spec in ("trl", "grpo-noref:hf", "grpo:hf", "prl:hf", "grpo:vllm", "trl"):
+        trl_runs, runs = [], {}
+        # the machine's speed drifts over minutes (cloud cores): TRL runs before, between and after our sides,
+        # the hf sides twice, the second time in the reverse order, and each side's steps are pooled
+        for spec in RL_ORDER:
             if spec == "trl":
                 r = subprocess.run(trl_cmd, capture_output=True, text=True, cwd=ROOT)
                 if r.returncode:
@@ -414,7 +425,11 @@ def rl_step(model: Path | None, steps: int, warmup: int) -> dict:
                                 str(steps), "--rl-warmup", str(warmup)], capture_output=True, text=True, cwd=ROOT)
             if r.returncode:
                 raise SystemExit(f"our {spec} step failed:\n{r.stderr[-3000:]}")
-            sides[spec] = json.loads(r.stdout.strip().splitlines()[-1])
+            runs.setdefault(spec, []).append(json.loads(r.stdout.strip().splitlines()[-1]))
+        for spec, got in runs.items():
+            sides[spec] = {"spec": spec, "runs": len(got), "start_s": _median_of([g["start_s"] for g in got]),
+                           "steps": [{"run": i, **st} for i, g in enumerate(got) for st in g["steps"]],
+                           "peak_rss_mib": max(g["peak_rss_mib"] for g in got)}
     trl = trl_runs[-1]
     trl["peak_rss_mib"] = max(t["peak_rss_mib"] for t in trl_runs)
     trl_steps = [st for t in trl_runs for st in t["steps"]]  # every step of both runs, each with its "warmup" flag
@@ -435,7 +450,8 @@ def rl_step(model: Path | None, steps: int, warmup: int) -> dict:
     ratios = {f"trl / ours {spec}": {k: summary["trl"][k] / summary[spec][k] for k in
                                       ("step_s", "generate_s", "logprobs_s", "update_s", "peak_rss_mib")}
               for spec in sides}
-    return {"settings": RL, "steps": steps, "warmup_steps": warmup, "model": str(model), "summary": summary,
+    return {"settings": RL, "steps": steps, "warmup_steps": warmup, "order": list(RL_ORDER), "model": str(model),
+            "summary": summary,
             "advantage_checks": checks,
             "ratios": ratios, "ours": sides, "trl": {k: trl[k] for k in trl if k not in ("warmup_steps", "steps")},
             "trl_steps": [[st for st in t["steps"]] for t in trl_runs],

@@ -832,8 +832,10 @@ def region_peers(res: Results) -> str:
               f"{rl['settings']['prompts_per_step']} prompts × {rl['settings']['group']}, ≤ "
               f"{rl['settings']['max_tokens']} tokens, optimizer batch {rl['settings']['micro_batch']} × "
               f"{rl['settings']['grad_accum']}, lr {rl['settings']['lr']:g}, fp32, 2 threads; the same prompts at every "
-              f"step; median of {rl['steps'] - rl['warmup_steps']} steps after {rl['warmup_steps']} warm-up, each side "
-              f"in a fresh process, TRL run before and after ours and its steps pooled{when(rl)}):", ""]
+              f"step; median of {rl['steps'] - rl['warmup_steps']} steps after {rl['warmup_steps']} warm-up per run, "
+              "each run in a fresh process, "
+              + (f"in the order {', '.join(rl['order'])}, each side's steps pooled" if "order" in rl else
+                 "TRL run before and after ours and its steps pooled") + f"{when(rl)}):", ""]
     rows = []
     measured = {spec: [st["wall_s"] for st in side["steps"] if not st["warmup"]] for spec, side in rl["ours"].items()}
     measured["trl"] = [st["wall_s"] for run in rl.get("trl_steps", []) for st in run if not st["warmup"]]

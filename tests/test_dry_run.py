@@ -195,3 +195,13 @@ def test_cli_json_is_the_plan(tmp_path):
     assert plan["memory_plan"]["device"] == "H200-141GB" and plan["memory_plan"]["fits"]
     assert {t["name"] for t in plan["memory_plan"]["terms"]} == {"model states", "reference", "engine", "activations",
                                                                  "log-prob chunk", "overhead"}
+
+
+@pytest.mark.parametrize("env, expected", [({}, 4 << 20), ({"MALLOC_MMAP_THRESHOLD_": "65536"}, 65536)])
+def test_a_cpu_trainer_pins_the_mmap_threshold_unless_the_user_set_one(env, expected):
+    import os
+
+    code = "from prl.training.memory import host_mmap_threshold; print(host_mmap_threshold())"
+    base = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, check=True)
+    assert int(out.stdout.split()[-1]) == expected

@@ -488,6 +488,17 @@ def _libc():
         return None
 
 
+def host_mmap_threshold() -> int | None:
+    """The mmap threshold a CPU trainer runs with: the environment's ``MALLOC_MMAP_THRESHOLD_`` where the user set
+    one (glibc read it at start; it wins), else :data:`HOST_MMAP_THRESHOLD`, pinned here; None without glibc."""
+    import os
+
+    env = os.environ.get("MALLOC_MMAP_THRESHOLD_")
+    if env is not None and env.strip().isdigit():
+        return int(env)
+    return HOST_MMAP_THRESHOLD if pin_mmap_threshold() else None
+
+
 def pin_mmap_threshold(nbytes: int = HOST_MMAP_THRESHOLD) -> bool:
     """Pin glibc's mmap threshold (``mallopt(M_MMAP_THRESHOLD)``), so that every tensor of ``nbytes`` or more is
     its own mapping and goes back to the system when freed. By default glibc raises the threshold to the size

@@ -77,7 +77,7 @@ from prl.training.resume import CheckpointError, check_fresh_start
 from prl.training.batches import LogProbs, MicroBatch, Rollouts, micro_batch, pack, split_rows
 from prl.training.config import RunConfig, TrainConfig, add_run_arguments, run_config_from_args
 from prl.training.forward import response_logprobs
-from prl.training.memory import HOST_MMAP_THRESHOLD, PeakMeter, pin_mmap_threshold
+from prl.training.memory import PeakMeter, host_mmap_threshold
 from prl.training.weight_sync import full_parameters, weight_groups
 
 SYNC_DIR = "policy"  # the latest policy weights as a Hugging Face directory (evaluations, the disk sync, users)
@@ -199,7 +199,7 @@ class Trainer:
         self.meter = PeakMeter(self.device)
         self.memory = {"before_models_gib": self.meter.now_gib()}  # what the rank holds, measured (the manifest)
         if self.device.type == "cpu":  # activations in the host's memory: freed ones go back (memory.py)
-            self.memory["host_mmap_threshold"] = HOST_MMAP_THRESHOLD if pin_mmap_threshold() else None
+            self.memory["host_mmap_threshold"] = host_mmap_threshold()
         self.tokenizer = AutoTokenizer.from_pretrained(self.t.model)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         # The engine first: on a GPU vLLM takes its share of a device the trainer has not filled yet.
