@@ -146,12 +146,14 @@ def target_rows(res: Results, with_faults: bool = True, with_demo: bool = True) 
                      met(worst <= 1.05), "train_step"))
     mem = res.get("memory")
     if mem and mem.get("logprob_pass"):
-        cases = [c for c in mem["logprob_pass"]["cases"] if c["chunk_tokens"] == 1024]
+        default = mem["logprob_pass"].get("default_chunk_tokens", 1024)  # the trainer's default chunk, measured
+        cases = [c for c in mem["logprob_pass"]["cases"] if c["chunk_tokens"] == default]
         small = min(c["response_tokens"] for c in cases)
         at = {c["pass"]: c for c in cases if c["response_tokens"] == small}
         train, nograd = at["forward + backward"], at["no gradient"]
         rows.append((f"Log-prob + entropy peak memory ≥ {mem['logprob_pass']['target_ratio']:.0f}× lower than full "
-                     f"logits (vocabulary {mem['logprob_pass']['vocab']:,}, {small:,} response tokens)",
+                     f"logits (vocabulary {mem['logprob_pass']['vocab']:,}, {small:,} response tokens, the default "
+                     f"{default:,}-token chunk)",
                      f"{train['ratio']:.1f}× training pass, {nograd['ratio']:.1f}× no-gradient pass", "full logits (the "
                      "trainer before issue 26)", met(train["meets_target"] and nograd["meets_target"]), "memory"))
     pv = (mem or {}).get("plan_vs_measured")
