@@ -1,4 +1,4 @@
-"""Benchmark: PRL advantages at the paper's batch shape (DESIGN §6).
+"""Benchmark: PRL advantages at the paper's batch shape (docs/architecture.md §Targets).
 
 Times ``prl_advantages`` at B = 640 (128 prompts × 5), L = 3072, token level and fixed:256
 (given as the split string, the trainer's call, and as an explicit boundary mask, the general

@@ -1,5 +1,5 @@
 """Generation throughput: vLLM (``LLM.generate``) vs ``transformers.generate`` on the same model,
-prompts, n and lengths. Target (DESIGN §6): vLLM >= 3x generated tokens/s.
+prompts, n and lengths. Target (docs/architecture.md §Targets): vLLM >= 3x generated tokens/s.
 
 Both engines run through ``prl.generation.engines`` (the code the pipeline runs) with one SamplingConfig:
 temperature 1, top_p 1, per-token log-probs on (the RL loop needs them) and ``ignore_eos``, so

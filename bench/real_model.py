@@ -7,7 +7,7 @@ Three measurements, each a ratio against its baseline in the same run:
 1. **Generation**: vLLM (in-process, as `prl eval` and the trainer run it on CPU) vs
    ``transformers.generate`` (the ``hf`` engine), the same rendered prompts, n, max_tokens (EOS
    ignored, so both generate exactly the same number of tokens), fp32; engine start and one warm-up
-   call excluded for both. Target (DESIGN §6): vLLM ≥ 3×.
+   call excluded for both. Target (docs/architecture.md §Targets): vLLM ≥ 3×.
 2. **Weight sync**: the trainer's policy into the running in-process vLLM engine, from memory
    (``Engine.load_weights``) vs the disk round trip (``save_pretrained`` to ``out/policy`` + vLLM's
    reload, what every step did before); alternating, median. Each is checked: after it, vLLM's greedy

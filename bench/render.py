@@ -129,7 +129,7 @@ def missing(name: str, command: str) -> str:
 # --- the targets (shared by RESULTS.md's summary and README's Performance) -----------------------
 
 def target_rows(res: Results, with_faults: bool = True, with_demo: bool = True) -> list[tuple[str, str, str, str, str]]:
-    """(target, measured, baseline, met, results name) for each target of DESIGN §6 and issue 8."""
+    """(target, measured, baseline, met, results name) for each target of docs/architecture.md §Targets and issue 8."""
     rows: list[tuple[str, str, str, str, str]] = []
     adv = res.get("advantages")
     if adv:
@@ -438,7 +438,8 @@ def region_generation(res: Results) -> str:
     sep = " and ".join(f"{summ[k]['separate_processes']:.2f}×" for k in wl)
     md, eng = g["model"], g.get("vllm_engine", {})
     la = g.get("load_average_before_after")
-    lines = [f"**Target (DESIGN §6): vLLM ≥ {target:.0f}× `transformers.generate` generated tokens/s. "
+    lines = [f"**Target (docs/architecture.md §Targets): vLLM ≥ {target:.0f}× `transformers.generate` "
+             "generated tokens/s. "
              f"{'Met' if ok else 'Not met'} on the embedded model with a tuned transformers baseline: {inproc} with vLLM "
              f"in-process, {sep} with vLLM's default separate processes.**", "",
              f"Setup: {md['dir']}; {md['model_type']}, hidden {md['hidden_size']}, {md['num_hidden_layers']} layers, "

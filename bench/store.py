@@ -1,4 +1,4 @@
-"""Benchmark: the store at 1 M sample rows (DESIGN §6: ingest < 10 s, every query < 300 ms).
+"""Benchmark: the store at 1 M sample rows (docs/architecture.md §Targets: ingest < 10 s, every query < 300 ms).
 
 A generated store shaped like real evaluations: 1,517 benchmark problems × 8 samples per run,
 82 runs (~995 k rows, each run also in ``runs``), with realistic response lengths, verdict mix

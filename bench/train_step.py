@@ -1,4 +1,4 @@
-"""Benchmark: a PRL training step vs the GRPO step on the same rollouts (DESIGN §6: within 5%).
+"""Benchmark: a PRL training step vs the GRPO step on the same rollouts (docs/architecture.md §Targets: within 5%).
 
 One Trainer (DeepSpeed, fp32 on CPU) on the warm-started tiny model draws one batch of rollouts,
 verifies them and computes the old-policy and reference log-probs. Then, alternating on that same

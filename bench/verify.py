@@ -1,4 +1,4 @@
-"""Benchmark: verification of 12,136 responses (1,517 benchmark problems × 8), DESIGN §6.
+"""Benchmark: verification of 12,136 responses (1,517 benchmark problems × 8), docs/architecture.md §Targets.
 
 Responses are synthetic but shaped like real samples: some reasoning text, then a boxed answer
 that is the gold (written as the gold or reformatted), a wrong value, or missing; answers

@@ -49,11 +49,12 @@ def register(sub) -> None:
         help="evaluate a model on benchmarks into a store (Prefect flow, resumable)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="""\
-Generate --n samples per problem with the evaluation prompt of DESIGN §3 (the model's own chat
-template), verify each with Math-Verify in worker processes (verdicts correct / wrong /
-no_answer / timeout / gold_unparsable / error), and store every sample in the DuckDB store
---db with the run's reproducibility manifest (config, seed, engine and versions, template hash,
-git commit). Runs as the Prefect flow 'evaluate' with a progress bar.
+Generate --n samples per problem with the evaluation prompt (the model's own chat template;
+docs/architecture.md §Evaluation protocol), verify each with Math-Verify in worker
+processes (verdicts correct / wrong / no_answer / timeout / gold_unparsable / error), and store
+every sample in the DuckDB store --db with the run's reproducibility manifest (config, seed,
+engine and versions, template hash, git commit). Runs as the Prefect flow 'evaluate' with a
+progress bar.
 
 Resumable: the same command (the run id is derived from model and sampling settings) skips
 problems already stored and finishes the rest; a killed run loses at most the chunk in flight.

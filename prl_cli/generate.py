@@ -13,9 +13,10 @@ from prl.generation.generate import DEFAULT_MAX_TOKENS
 HELP = "sample responses for a JSONL file of problems (vLLM or transformers)"
 DESCRIPTION = """\
 Generate N responses per problem with the model's own chat template and the evaluation prompt
-of DESIGN §3, and write one JSONL line per sample (problem_index, problem_id, sample_index,
-prompt, response, finish_reason, n_tokens, token_ids, logprobs) plus OUT_STEM.manifest.json
-(engine and version, sampling settings, seed, chat-template hash, package versions, git commit).
+of docs/architecture.md §Evaluation protocol, and write one JSONL line per sample (problem_index,
+problem_id, sample_index, prompt, response, finish_reason, n_tokens, token_ids, logprobs) plus
+OUT_STEM.manifest.json (engine and version, sampling settings, seed, chat-template hash, package
+versions, git commit).
 
 Defaults follow the paper's evaluation: n=8, temperature 1.0, top_p 1, 3072 new tokens.
 The same seed, settings and weights give the same samples (vLLM: per prompt, whatever else is

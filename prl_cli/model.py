@@ -21,8 +21,8 @@ def _cmd_build_tiny(args: argparse.Namespace) -> int:
     if args.tokenizer is None:
         args.tokenizer = BUILD_TINY_PAIRS[args.arch]
     if BUILD_TINY_PAIRS[args.arch] != args.tokenizer:
-        # A custom BPE in a qwen2 directory loads with Qwen2's pre-tokenizer and different ids (DESIGN §5); Qwen2.5's
-        # 151,936-row vocabulary is not built for the Llama model.
+        # A custom BPE in a qwen2 directory loads with Qwen2's pre-tokenizer and different ids
+        # (docs/architecture.md §The tokenizer trap); Qwen2.5's 151,936-row vocabulary is not built for the Llama model.
         args.build_tiny_parser.error(
             f"--arch {args.arch} does not go with --tokenizer {args.tokenizer}: use --arch qwen2 --tokenizer qwen2.5 "
             "(Qwen2.5's tokenizer), or --arch llama --tokenizer embedded (the default)")

@@ -16,7 +16,8 @@ def _cmd_selfcheck(args: argparse.Namespace) -> int:
     got = worked_example.compute()
     width = max(map(len, got))
     failures = 0
-    print("Worked example (DESIGN §2): paths 00/01/10/11, reference 1/4 each, R=1 only for 11, eta=1")
+    print("Worked example (docs/architecture.md §The worked example): paths 00/01/10/11, reference 1/4 each, "
+          "R=1 only for 11, eta=1")
     for key, value in got.items():
         want = worked_example.DOCUMENTED[key]
         ok = abs(value - want) < 5e-7
@@ -66,9 +67,10 @@ def register(sub) -> None:
     p = sub.add_parser(
         "selfcheck",
         help="recompute the worked example and core invariants of prl_core",
-        description="Recompute the four-path worked example of DESIGN §2 with prl_core (optimal policy, "
-        "net value C, prefix value V, and the reference-policy counter-case), compare with the documented "
-        "values, and check eta=inf == GRPO and the segment fill on a random batch. Exit status 1 on any mismatch.",
+        description="Recompute the four-path worked example of docs/architecture.md §The worked example with "
+        "prl_core (optimal policy, net value C, prefix value V, and the reference-policy counter-case), compare "
+        "with the documented values, and check eta=inf == GRPO and the segment fill on a random batch. Exit "
+        "status 1 on any mismatch.",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random invariant batch (default 0)")
     p.set_defaults(func=_cmd_selfcheck)

@@ -1,4 +1,4 @@
-"""Advantages and PRL token weights: pure functions over tensors (DESIGN §2).
+"""Advantages and PRL token weights: pure functions over tensors (docs/architecture.md §The PRL math).
 
 Shapes: B responses (rows), T columns; ``mask`` (B, T) bool marks response tokens.
 A *group* is the n responses of one prompt, identified by ``group_ids`` (B,) long.
@@ -232,7 +232,7 @@ def prl_advantages(
     normalize_std: bool = True,
     eps: float = 1e-6,
 ) -> torch.Tensor:
-    """PRL token weights ρ (DESIGN §2).
+    """PRL token weights ρ (docs/architecture.md §Advantages and ρ).
 
     With k_t = log π_old − log π_ref on response tokens and S_t = Σ_{j≥t} k_j:
 

@@ -28,7 +28,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class AlgorithmConfig:
-    """How advantages and the policy loss are computed (DESIGN §2). Paper defaults: Table 6."""
+    """How advantages and the policy loss are computed (docs/architecture.md §The PRL math). Paper defaults: Table 6."""
 
     estimator: str = "prl"
     """Advantage estimator: 'grpo', 'dr_grpo' (no std division), 'prl' or 'raft' (SFT on correct samples)."""

@@ -1,4 +1,4 @@
-"""Policy losses and token statistics: pure functions over tensors (DESIGN §2).
+"""Policy losses and token statistics: pure functions over tensors (docs/architecture.md §The policy loss).
 
 Shapes: B responses, T columns, V vocabulary; ``mask`` (B, T) bool marks response tokens.
 Gradients flow only through ``logp`` (and ``logits`` for entropy); old-policy log-probs,

@@ -1,4 +1,5 @@
-"""Evaluation metrics over per-sample correctness: pure functions, no I/O (DESIGN §3).
+"""Evaluation metrics over per-sample correctness: pure functions, no I/O
+(docs/architecture.md §Metrics and aggregates).
 
 Shapes: P problems × n samples; ``correct`` is a bool (P, n) tensor (or the per-problem count
 of correct samples ``c`` (P,) with n). Answers for maj@k are each sample's extracted answer

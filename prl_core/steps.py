@@ -1,7 +1,7 @@
 """Step segmentation: which response tokens end a step (a *boundary*).
 
 PRL takes its token weight at step boundaries and gives every token of a segment the
-value at the segment's last token (DESIGN §2). A split is written as a string:
+value at the segment's last token (docs/architecture.md §Steps). A split is written as a string:
 
 - ``"token"``       every response token is its own step (exact token-level Eq. 3.1);
 - ``"fixed:N"``     every N-th response token (1-indexed: N, 2N, ...);

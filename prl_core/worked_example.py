@@ -1,4 +1,5 @@
-"""The four-path example of DESIGN §2, computed with prl_core from its definitions (no I/O).
+"""The four-path example of docs/architecture.md §The worked example, computed with prl_core from its
+definitions (no I/O).
 
 Two binary choices give paths 00, 01, 10, 11; the reference picks each bit with probability
 1/2; only 11 earns reward 1; η = 1. The KL-regularised optimum is π*(a) ∝ π_ref(a)·e^{η R(a)}.
@@ -60,7 +61,7 @@ def compute(eta: float = 1.0) -> dict[str, float]:
     }
 
 
-# The values DESIGN §2 states (seed 000 §05), to 6 decimals.
+# The values docs/architecture.md §The worked example states, to 6 decimals.
 DOCUMENTED = {
     "p_11": 0.475367,
     "p_other": 0.174878,

@@ -1,4 +1,4 @@
--- The store's relations (DESIGN §4). Names are part of the user-facing SQL interface.
+-- The store's relations (docs/architecture.md §The store). Names are part of the user-facing SQL interface.
 -- Idempotent: every statement can run on an existing store.
 
 CREATE TABLE IF NOT EXISTS runs (

@@ -9,7 +9,7 @@ settings.register_profile("ci", max_examples=150, deadline=None, suppress_health
 settings.register_profile("thorough", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# Prefect (DESIGN §5): a private home, no telemetry, quiet logs, a patient server start. Set before
+# Prefect (docs/architecture.md §Prefect): a private home, no telemetry, quiet logs, a patient server start. Set before
 # any test imports prefect; subprocesses (the CLI under test) inherit them.
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="prl-test-prefect-"))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

@@ -1,4 +1,4 @@
-"""Slow, obvious reference implementations (plain Python over lists) of DESIGN §2.
+"""Slow, obvious reference implementations (plain Python over lists) of docs/architecture.md §The PRL math.
 
 Nothing here is vectorised or shared with prl_core: each quantity is written the way the
 definition reads, so the fast code is checked against the math, not against itself.

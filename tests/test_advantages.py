@@ -1,4 +1,5 @@
-"""prl_core.advantages against the plain-Python loops of tests/loops.py, plus the DESIGN invariants."""
+"""prl_core.advantages against the plain-Python loops of tests/loops.py, plus the invariants of
+docs/architecture.md §Invariants the tests hold."""
 
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ def test_raw_only_golds_are_flagged():
     for name in ("minerva_math", "olympiad_bench"):
         problems, _ = load_dataset(name)
         flagged |= {(name, i) for i, p in enumerate(problems) if p.meta.get("gold_raw_only")}
-    # the six DESIGN §3 lists; #268 parses to the fragment 2/3
+    # the six of docs/architecture.md §Benchmarks and their golds; #268 parses to the fragment 2/3
     assert {("minerva_math", 27), ("minerva_math", 38), ("minerva_math", 268), ("minerva_math", 269),
             ("olympiad_bench", 34), ("olympiad_bench", 96)} <= flagged
     assert len(flagged) < 20  # a flag, not a blanket: ordinary golds with variables parse whole

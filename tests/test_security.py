@@ -1,4 +1,5 @@
-"""Security (DESIGN §7): untrusted text never executes, limits hold, the read-only SQL cannot be escaped.
+"""Security (docs/architecture.md §Reliability and security): untrusted text never executes, limits
+hold, the read-only SQL cannot be escaped.
 
 The SQL guard's basic refusals are in test_sql_cli.py and the dashboard's escaping in
 test_dashboard.py (real browser); this file adds the bypass attempts, the running dashboard's

@@ -67,7 +67,8 @@ def test_gold_queue_keeps_each_worker_on_its_gold_and_all_workers_busy():
 # ─── Math-Verify's reported false positives and negatives: our policy for each ─────────────
 
 def test_unequal_sides_do_not_pass_fixed_in_our_layer():
-    """DESIGN §3 measured Math-Verify passing ``\\boxed{x = 1 = 2}`` against 2 (it reads the last side).
+    """docs/architecture.md §Verdicts and Math-Verify records Math-Verify passing ``\\boxed{x = 1 = 2}``
+    against 2 (it reads the last side).
     Policy: a boxed equation whose symbol-free sides differ answers nothing: wrong, saying why."""
     from math_verify import parse, verify
 

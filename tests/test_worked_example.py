@@ -1,4 +1,5 @@
-"""DESIGN §2's four-path example, derived here from the definitions, then through prl_core."""
+"""The four-path example of docs/architecture.md §The worked example, derived here from the
+definitions, then through prl_core."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Evaluation data: the five bundled benchmarks, the synthetic task and user files, loaded into
-one problem schema with stable ids and normalised golds (DESIGN §3).
+one problem schema with stable ids and normalised golds
+(docs/architecture.md §Benchmarks and their golds).
 
     Problem(dataset, problem_id, problem, gold_normalized, gold_raw, meta)
 
@@ -18,8 +19,9 @@ stripped, e-notation (``4.5e33``) is rewritten as ``4.5 \\times 10^{33}`` (Math-
 
 Golds that Math-Verify does not read whole are flagged ``meta["gold_raw_only"] = True`` with
 ``meta["gold_flag"]`` saying why (:func:`gold_flag`): a correct answer written any other way
-than the raw string will be scored wrong. This finds the six DESIGN §3 lists (minerva #27,
-#38, #268, #269; olympiad #34, #96) and a few more of the same kinds.
+than the raw string will be scored wrong. This finds the six listed in
+docs/architecture.md §Benchmarks and their golds (minerva #27, #38, #268, #269; olympiad #34, #96)
+and a few more of the same kinds.
 """
 
 from __future__ import annotations

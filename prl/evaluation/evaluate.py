@@ -1,4 +1,5 @@
-"""Evaluation: benchmarks → generation → Math-Verify → store (DESIGN §3, §4).
+"""Evaluation: benchmarks → generation → Math-Verify → store
+(docs/architecture.md §The life of an evaluation run).
 
 An evaluation run, top to bottom, as plain functions (``flows/evaluate.py`` calls the same ones,
 the chunk and shard steps as Prefect tasks; ``prl eval`` runs that flow; training's periodic

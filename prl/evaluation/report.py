@@ -1,4 +1,4 @@
-"""Scores of stored runs and paired comparisons (``prl report``), DESIGN §3.
+"""Scores of stored runs and paired comparisons (``prl report``), docs/architecture.md §Metrics and aggregates.
 
 Per run and data set: average@n, unbiased pass@k for the requested k (each ≤ the run's n),
 maj@n, each with a percentile bootstrap CI over problems; micro (size-weighted, the paper's

@@ -1,13 +1,13 @@
 """Sharded evaluation: problem ranges → one Parquet file per shard → ingested into the store.
 
-The ``--task-runner ray`` path of ``prl eval`` (DESIGN §8). The run's pending problems are cut
-into contiguous ranges of ``shard_problems``; each shard is one task that may run on any Ray
-worker: it starts its own engine, generates, verifies and writes its samples to
-``<shard dir>/<shard name>.parquet`` (written to a temporary name, then renamed, so a shard
-file is whole or absent). The driver — the only process that writes the DuckDB file — reads
-each finished shard and inserts it into ``samples`` in one idempotent transaction. Workers
-never open the store, so a cluster needs no shared database, only a shard directory that the
-workers and the driver both see (a shared file system for several machines).
+The ``--task-runner ray`` path of ``prl eval`` (docs/scaling.md, docs/architecture.md §Scale). The
+run's pending problems are cut into contiguous ranges of ``shard_problems``; each shard is one task
+that may run on any Ray worker: it starts its own engine, generates, verifies and writes its samples
+to ``<shard dir>/<shard name>.parquet`` (written to a temporary name, then renamed, so a shard file
+is whole or absent). The driver — the only process that writes the DuckDB file — reads each finished
+shard and inserts it into ``samples`` in one idempotent transaction. Workers never open the store,
+so a cluster needs no shared database, only a shard directory that the workers and the driver both
+see (a shared file system for several machines).
 
 Resumption: on start, shard files left by an earlier attempt are ingested first; then only
 problems still short of ``n`` samples are planned. With vLLM a prompt's samples depend only

@@ -46,8 +46,8 @@ def load_problems(cfg: EvalConfig, log: Callable[[str], None] = print) -> list[P
 
 def eval_manifest(cfg: EvalConfig, problems: Sequence[Problem], engine_info: dict[str, Any] | None = None,
                  template: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Everything needed to reproduce the run (DESIGN §4): the common run manifest plus sampling,
-    problems, engine, prompt and verifier."""
+    """Everything needed to reproduce the run (the manifest of docs/architecture.md §The store): the
+    common run manifest plus sampling, problems, engine, prompt and verifier."""
     counts: dict[str, int] = {}
     for p in problems:
         counts[p.dataset] = counts.get(p.dataset, 0) + 1

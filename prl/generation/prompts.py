@@ -1,4 +1,4 @@
-"""Prompts exactly as DESIGN §3 specifies, rendered with each model's own chat template.
+"""Prompts exactly as docs/architecture.md §Evaluation protocol specifies, rendered with each model's own chat template.
 
 A model whose tokenizer has a chat template (``chat_template.jinja`` or ``tokenizer_config.json``'s
 ``chat_template``: every instruct model, Qwen2.5-Math base included) gets the paper's system and user

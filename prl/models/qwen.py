@@ -17,7 +17,7 @@ Where the pieces come from (nothing is downloaded at run time):
   Qwen2.5's published ``added_tokens.json`` and ``chat_template.jinja``, see its README);
 * the pre-tokenizer, normaliser and decoder: transformers' ``Qwen2Tokenizer`` itself (NFC, the
   Split regex with single digits, ByteLevel). That is also what ``AutoTokenizer`` — and therefore
-  vLLM — imposes on any directory whose config says ``qwen2`` (DESIGN §5, the tokenizer trap),
+  vLLM — imposes on any directory whose config says ``qwen2`` (docs/architecture.md §The tokenizer trap),
   so here the trap is harmless: the tokenizer built in memory and the one loaded back from the
   directory are the same class with the same vocabulary and merges. :func:`check_qwen25_tokenizer`
   verifies that after every build, against ids measured on Qwen2.5 (:data:`KNOWN_IDS`).
@@ -294,7 +294,7 @@ def check_qwen25_tokenizer(model_dir: str | Path, built=None) -> None:
             problems.append(f"{text[:40]!r}...: does not decode back to the same text")
     if problems:
         raise RuntimeError(f"{model_dir}: AutoTokenizer ({type(loaded).__name__}) is not Qwen2.5's tokenizer: "
-                           + "; ".join(problems) + " (see DESIGN §5's tokenizer trap)")
+                           + "; ".join(problems) + " (see docs/architecture.md §The tokenizer trap)")
 
 
 # ─── the tiny model ─────────────────────────────────────────────────────────────────────────

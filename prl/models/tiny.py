@@ -1,9 +1,9 @@
 """The embedded tiny model: a byte-level BPE tokenizer trained on the synthetic task, a chat
 template, and a small Llama-architecture causal LM initialised from fixed seeds.
 
-Llama, not Qwen2, on purpose (DESIGN §5): ``AutoTokenizer`` — and therefore vLLM — loads a
-directory whose config says ``qwen2`` with Qwen2's own pre-tokenizer whatever tokenizer.json
-says, so a custom BPE would load with different ids. With ``llama`` the file's tokenizer is
+Llama, not Qwen2, on purpose (docs/architecture.md §The tokenizer trap): ``AutoTokenizer`` — and
+therefore vLLM — loads a directory whose config says ``qwen2`` with Qwen2's own pre-tokenizer
+whatever tokenizer.json says, so a custom BPE would load with different ids. With ``llama`` the file's tokenizer is
 kept; :func:`check_tokenizer_round_trip` verifies it after every build.
 
 head_dim = hidden / heads = 32: vLLM's CPU attention needs head_dim ≥ 32.
@@ -147,7 +147,7 @@ def check_tokenizer_round_trip(model_dir: str | Path, trained=None) -> None:
         if a != b or loaded.decode(a) != text:
             raise RuntimeError(
                 f"{model_dir}: AutoTokenizer does not reproduce the training token ids "
-                f"({type(loaded).__name__}); see DESIGN §5's tokenizer trap"
+                f"({type(loaded).__name__}); see docs/architecture.md §The tokenizer trap"
             )
 
 

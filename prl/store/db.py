@@ -1,4 +1,4 @@
-"""The DuckDB store (DESIGN §4). Schema and named queries live in ``sql/``; this module loads
+"""The DuckDB store (docs/architecture.md §The store). Schema and named queries live in ``sql/``; this module loads
 them by name and binds parameters — Python never builds SQL text.
 
 Concurrency. DuckDB lets one process at a time hold a store file open for writing, and a

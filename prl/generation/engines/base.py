@@ -66,7 +66,8 @@ def _fail(field_name: str, message: str) -> None:
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """Sampling settings of one ``generate`` call (defaults: the paper's evaluation, DESIGN §3)."""
+    """Sampling settings of one ``generate`` call (defaults: the paper's evaluation,
+    docs/architecture.md §Evaluation protocol)."""
 
     n: int = 8
     """Samples per prompt."""
@@ -344,7 +345,8 @@ class Engine(ABC):
     # ---- prompts ---------------------------------------------------------------------------
 
     def build_prompts(self, problems: list[str]) -> list[str]:
-        """DESIGN §3 prompts for ``problems`` with this model's chat template."""
+        """The evaluation prompts (docs/architecture.md §Evaluation protocol) for ``problems`` with this
+        model's chat template."""
         return [build_prompt(self.tokenizer, p) for p in problems]
 
     def template_hash(self) -> str:
