@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from prl_core.config import ConfigError
 
 from prl.data.datasets import BENCHMARKS, SYNTHETIC
+from prl.options import NO_FLAG
 from prl.training.config import SFTConfig
 
 
@@ -46,7 +47,7 @@ class PipelineConfig:
     """Optimizer updates per RL step: the step's rollouts in this many PPO mini-batches (one pass)."""
     eta: float = 20.0
     """PRL's inverse KL strength, scaled to the task's ~30-token responses."""
-    step_split: str = "text:\n\n"
+    step_split: str = field(default="text:\n\n", metadata=NO_FLAG)
     """PRL's step split: one step per paragraph, as the task's solutions are written."""
     max_tokens: int = 96
     """Max response tokens in training and evaluation."""
@@ -56,7 +57,7 @@ class PipelineConfig:
     """Held-out synthetic problems evaluated (None: all 400)."""
     bench_limit: int = 20
     """Problems of each benchmark evaluated (a slice: the tiny model cannot solve them; they exercise the path)."""
-    benchmarks: tuple[str, ...] = BENCHMARKS
+    benchmarks: tuple[str, ...] = field(default=BENCHMARKS, metadata=NO_FLAG)
     """Benchmarks in the evaluation slice."""
     engine: str = "vllm"
     """Generation engine for rollouts and evaluation."""

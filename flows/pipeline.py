@@ -97,7 +97,8 @@ def train_config(cfg: PipelineConfig, estimator: str, model: str):
                     prompts_per_step=cfg.prompts_per_step, max_tokens=cfg.max_tokens, engine=cfg.engine, lr=cfg.lr,
                     mini_batch_size=rollouts // cfg.updates_per_step,
                     micro_batch_size=rollouts // cfg.updates_per_step,
-                    checkpoint_every=max(1, cfg.train_steps // 10), eval_every=0, eval_datasets=())
+                    checkpoint_every=max(1, cfg.train_steps // 10), eval_every=0, eval_datasets=(),
+                    verifier_workers=1)  # as the evaluations: one worker beside the trainer on 2 cores
     return RunConfig(algo, t)
 
 

@@ -17,6 +17,7 @@ Several processes: ``deepspeed --num_gpus N --module prl.training.train --config
 
 from __future__ import annotations
 
+from prl_core.errors import UserError
 import contextlib
 import errno
 import json
@@ -50,7 +51,7 @@ MEMORY_HINTS = ("a smaller micro_batch_size", "a (smaller) max_tokens_per_micro_
 """What lowers a training run's memory (keys of the config's ``train:``), named in the message."""
 
 
-class TrainingProcessFailed(RuntimeError):
+class TrainingProcessFailed(UserError, RuntimeError):
     """The training process died: killed by a signal (the kernel's OOM killer sends SIGKILL) or ended with
     a non-zero exit code. The message says how, the peak memory of its processes, where the run's log is,
     what to change and how to resume; ``prl`` prints it as one ``error:`` line. The details are attributes

@@ -3,9 +3,13 @@
 A config's fields carry their type, default and a one-line docstring (the string literal right
 after the field); :func:`add_config_arguments` turns the fields a command exposes into argparse
 options with that help and default, and :func:`config_kwargs` reads them back as keyword
-arguments for the config. ``prl eval`` (``EvalConfig``), ``prl model sft`` (``SFTConfig``),
-``prl demo`` (``PipelineConfig``) and ``prl train`` / the training script (``TrainConfig``
-overrides) build their options this way.
+arguments for the config. Every ``prl`` command builds its options this way: from the config it
+runs (``EvalConfig``, ``ImportConfig``, ``SFTConfig``, ``PipelineConfig``, ``TrainConfig`` overrides,
+``SamplingConfig``, ``RescoreConfig``) or from a small options record of its own in ``prl_cli``.
+
+A command exposes every field of its record (:func:`flag_names`) except those whose metadata is
+:data:`NO_FLAG` (set by code, never by a user). :func:`include_fields` gives a record the fields of
+another (``VerifierSettings`` in the eval, import, rescore and training configs), defined once.
 """
 
 from __future__ import annotations
@@ -20,6 +24,40 @@ import typing
 from functools import cache
 from typing import Any, Sequence
 
+NO_FLAG = {"flag": False}
+"""Field metadata: no command-line option for this field (code sets it, e.g. ``EvalConfig.parent_run_id``)."""
+POSITIONAL = {"flag": "positional"}
+"""Field metadata: a positional argument (a sequence field: one or more values)."""
+REPEATED = {"flag": "repeat"}
+"""Field metadata: a sequence given by repeating the option (``--stop A --stop B``: values may hold commas)."""
+
+
+def include_fields(*records: type):
+    """Class decorator, placed under ``@dataclass``: the fields of each dataclass in ``records`` (type,
+    default and docstring) become fields of the class too, after its own, so a group of settings that
+    several configs share is written once. The flat names stay (``EvalConfig(verifier_workers=1)``, the
+    YAML key ``verifier_workers``); :func:`field_docs` finds their docstrings in the record."""
+    def add(cls: type) -> type:
+        own = cls.__dict__.get("__annotations__", {})
+        annotations = dict(own)
+        for record in records:
+            hints = typing.get_type_hints(record)
+            for f in dataclasses.fields(record):
+                if f.name in annotations:
+                    raise TypeError(f"{cls.__name__}.{f.name} is already a field of {record.__name__}")
+                annotations[f.name] = hints[f.name]
+                setattr(cls, f.name, dataclasses.field(default=f.default, default_factory=f.default_factory,
+                                                       metadata=f.metadata))
+        cls.__annotations__ = annotations
+        cls.__included__ = (*cls.__dict__.get("__included__", ()), *records)
+        return cls
+    return add
+
+
+def flag_names(cls: type) -> tuple[str, ...]:
+    """The fields of dataclass ``cls`` a command exposes as options: all but those marked :data:`NO_FLAG`."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("flag", True) is not False)
+
 
 @cache
 def field_docs(cls: type) -> dict[str, str]:
@@ -32,6 +70,8 @@ def field_docs(cls: type) -> dict[str, str]:
                 and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
             text = " ".join(nxt.value.value.split())
             docs[node.target.id] = text.split(". ")[0]
+    for record in cls.__dict__.get("__included__", ()):
+        docs.update(field_docs(record))
     return docs
 
 
@@ -53,20 +93,25 @@ def _comma_list(kind: type):
     return parse
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, cls: type, names: Sequence[str], *,
+def add_config_arguments(parser, cls: type, names: Sequence[str] | None = None, *,
                          aliases: dict[str, Sequence[str]] | None = None, required: Sequence[str] = (),
                          choices: dict[str, Sequence[str]] | None = None,
                          negate: dict[str, tuple[str, str]] | None = None,
                          from_file: bool = False, overrides: bool = False) -> None:
-    """Add ``--field-name`` options for ``names`` of dataclass ``cls``: type, default and help from the field.
+    """Add ``--field-name`` options for ``names`` of dataclass ``cls`` (default: :func:`flag_names`): type,
+    default and help from the field. ``parser`` may also be an argument group.
 
+    A field without a default is a required option. Field metadata may add ``choices`` and ``metavar``
+    (:func:`option`), or make the field :data:`POSITIONAL` or :data:`REPEATED`.
     ``aliases``: extra option strings per field (kept for existing commands, e.g. ``--chunk``).
+    ``choices``: {field: allowed values}, where the config's module does not name them itself.
     ``negate``: {field: (switch, help)}: a bool field that defaults to True gets only this switch, which
     sets it False.
     ``from_file``: the values override a config file, so every default is None ("the file's").
     ``overrides``: every default is None (only given options are set), the help shows the field's default.
-    Sequence fields take comma-separated values.
+    Sequence fields take comma-separated values (:data:`REPEATED` ones: the option once per value).
     """
+    names = flag_names(cls) if names is None else names
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     docs = field_docs(cls)
@@ -74,9 +119,12 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, names: Sequ
         f = fields[name]
         kind, many = _base_type(hints[name])
         field_default = f.default if f.default is not dataclasses.MISSING else None
+        needed = name in required or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
         default = None if (from_file or overrides) else field_default
         doc = docs.get(name, "").rstrip(".").replace("``", "`").replace("%", "%%")
         flags = ["--" + name.replace("_", "-"), *(aliases or {}).get(name, ())]
+        extra = {k: f.metadata[k] for k in ("metavar",) if k in f.metadata}
+        allowed = (choices or {}).get(name) or f.metadata.get("choices")
         if name in (negate or {}):
             switch, text = negate[name]
             parser.add_argument(switch, dest=name, action="store_false", default=default,
@@ -86,6 +134,15 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, names: Sequ
             parser.add_argument(*flags, dest=name, action="store_true", default=default,
                                 help=doc)
             continue
+        if f.metadata.get("flag") == "positional":
+            parser.add_argument(name, nargs="+" if many else None, type=kind,
+                                **({"metavar": name.upper().rstrip("S")} if many else {}), **extra, help=doc)
+            continue
+        if f.metadata.get("flag") == "repeat":
+            parser.add_argument(*flags, dest=name, action="append", type=kind, **extra,
+                                default=None if (from_file or overrides) else list(field_default or ()),
+                                help=f"{doc} (repeatable)")
+            continue
         if from_file:
             shown = "the config file's"
         elif many and field_default is not None:
@@ -94,11 +151,22 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, names: Sequ
             shown = repr(field_default) if isinstance(field_default, str) and field_default.strip() != field_default \
                 else field_default
         parser.add_argument(*flags, dest=name, type=_comma_list(kind) if many else kind, default=default,
-                            required=name in required, choices=(choices or {}).get(name),
-                            help=doc if name in required or (field_default is None and not from_file) or "default" in doc.lower()
+                            required=needed, choices=allowed, **extra,
+                            help=doc if needed or (field_default is None and not from_file) or "default" in doc.lower()
                             else f"{doc} (default: {shown})")
 
 
-def config_kwargs(args: argparse.Namespace, cls: type, names: Sequence[str]) -> dict[str, Any]:
-    """The options of ``names`` as keyword arguments of ``cls`` (None values left out)."""
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+def option(default: Any = dataclasses.MISSING, *, choices: Sequence[Any] | None = None, metavar: str | None = None,
+           flag: bool | str = True) -> Any:
+    """A dataclass field with command-line details: the values it accepts, its metavar (``prl_cli``'s records)."""
+    meta = {k: v for k, v in (("choices", tuple(choices) if choices else None), ("metavar", metavar)) if v}
+    if flag is not True:
+        meta["flag"] = flag
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def config_kwargs(args: argparse.Namespace, cls: type, names: Sequence[str] | None = None) -> dict[str, Any]:
+    """The options of ``names`` (default: :func:`flag_names`) as keyword arguments of ``cls`` (None values left
+    out; repeated options as a tuple)."""
+    names = flag_names(cls) if names is None else names
+    return {n: tuple(v) if isinstance(v, list) else v for n in names if (v := getattr(args, n, None)) is not None}

@@ -5,8 +5,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 
+from prl.options import add_config_arguments
 from prl.store.db import DEFAULT_STORE
+
+
+@dataclass
+class DashboardOptions:
+    """`prl dashboard`."""
+
+    db: str = DEFAULT_STORE
+    """Store file."""
+    host: str = "127.0.0.1"
+    """Address to bind (default 127.0.0.1: this machine only)."""
+    port: int = 8501
+    """Port."""
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
@@ -36,7 +50,5 @@ def register(sub) -> None:
         "It reads the store per query, so it shows fresh data while flows write. Bound to 127.0.0.1 unless --host "
         "says otherwise. example: prl dashboard --db runs/store.duckdb",
     )
-    p.add_argument("--db", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8501, help="port (default 8501)")
+    add_config_arguments(p, DashboardOptions)
     p.set_defaults(func=_cmd_dashboard)

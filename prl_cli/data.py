@@ -3,6 +3,23 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+
+from prl.options import add_config_arguments
+
+
+@dataclass
+class SynthOptions:
+    """`prl data synth`."""
+
+    out: str
+    """Output directory."""
+    train: int = 20000
+    """Training problems."""
+    test: int = 400
+    """Test problems (default 400 = the whole test split)."""
+    seed: int = 0
+    """Seed of the generator."""
 
 
 def _cmd_data_synth(args: argparse.Namespace) -> int:
@@ -20,14 +37,11 @@ def register(sub) -> None:
     dsub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
     d = dsub.add_parser(
         "synth",
-        help="write the synthetic arithmetic task",
+        help="write the synthetic arithmetic task (train/test JSONL)",
         description="Write DIR/synth_train.jsonl and DIR/synth_test.jsonl: multi-step arithmetic word problems "
         "(levels 1-4 = number of operations) with step-by-step solutions separated by blank lines and a "
         "\\boxed{} answer, in the schema of the bundled benchmarks. Deterministic in --seed; the splits "
         "never share a problem. Example: prl data synth --out data/synth",
     )
-    d.add_argument("--out", required=True, help="output directory")
-    d.add_argument("--train", type=int, default=20000, help="training problems (default 20000)")
-    d.add_argument("--test", type=int, default=400, help="test problems (default 400 = the whole test split)")
-    d.add_argument("--seed", type=int, default=0)
+    add_config_arguments(d, SynthOptions)
     d.set_defaults(func=_cmd_data_synth)

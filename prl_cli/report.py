@@ -5,7 +5,36 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+from prl.options import add_config_arguments, option
+
+
+@dataclass
+class ReportOptions:
+    """`prl report`."""
+
+    db: str | None = None
+    """Store file; without it only the paper's rows are checked."""
+    runs: str | None = None
+    """Comma-separated run ids (default: every run with samples, none compared; A,B: B is compared against A)."""
+    k: str | None = None
+    """Comma-separated k for pass@k (default 1,2,4,8,… up to n)."""
+    json: bool = False
+    """Machine-readable JSON instead of tables."""
+    no_paper: bool = False
+    """Leave out the paper's reference rows."""
+    agreement: str | None = option(None, metavar="RUN")
+    """Compare RUN's verdicts with its source's labels (or with --against's run) sample by sample."""
+    against: str | None = option(None, metavar="RUN2")
+    """With --agreement: the other run to compare with."""
+    full: bool = False
+    """With --agreement: whole problems and responses, every unmatched row."""
+    study: str | None = option(None, metavar="ID")
+    """The report of study ID (prl study): CIs across seeds and problems, each cell against the baseline seed by seed, reward against KL; also written as study_report.{md,html,json}."""
+    out: str | None = option(None, metavar="DIR")
+    """With --study: where the report files go (default: the store's folder)."""
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -73,21 +102,5 @@ examples:
   prl report --db runs/store.duckdb --agreement RUN.rescore --against RUN
   prl report --db runs/study/embedded/store.duckdb --study embedded
 """)
-    p.add_argument("--db", default=None, help="store file; without it only the paper's rows are checked")
-    p.add_argument("--runs", default=None,
-                   help="comma-separated run ids (default: every run with samples, none compared; A,B: B is "
-                        "compared against A)")
-    p.add_argument("--k", default=None, help="comma-separated k for pass@k (default 1,2,4,8,… up to n)")
-    p.add_argument("--json", action="store_true", help="machine-readable JSON instead of tables")
-    p.add_argument("--no-paper", action="store_true", help="leave out the paper's reference rows")
-    p.add_argument("--agreement", default=None, metavar="RUN",
-                   help="compare RUN's verdicts with its source's labels (or with --against's run) sample by sample")
-    p.add_argument("--against", default=None, metavar="RUN2", help="with --agreement: the other run to compare with")
-    p.add_argument("--full", action="store_true", help="with --agreement: whole problems and responses, every "
-                                                         "unmatched row")
-    p.add_argument("--study", default=None, metavar="ID",
-                   help="the report of study ID (prl study): CIs across seeds and problems, each cell against the "
-                        "baseline seed by seed, reward against KL; also written as study_report.{md,html,json}")
-    p.add_argument("--out", default=None, metavar="DIR", help="with --study: where the report files go (default: "
-                                                               "the store's folder)")
+    add_config_arguments(p, ReportOptions)
     p.set_defaults(func=_cmd_report)

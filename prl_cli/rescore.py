@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from prl.evaluation.config import RescoreConfig
+from prl.options import add_config_arguments, config_kwargs
+
+from prl_cli.common import ProgressOptions, print_json
 
 
 def _cmd_rescore(args: argparse.Namespace) -> int:
     from prl.evaluation.rescore import rescore_run
+    from prl.grading.verifier import VerifierSettings
 
-    summary = rescore_run(args.db, args.run, args.run_id, workers=args.verifier_workers, timeout_s=args.verify_timeout_s,
-                          progress=not args.no_progress, log=lambda m: print(m, file=sys.stderr))
-    print(json.dumps(summary, indent=2))
+    cfg = RescoreConfig(**config_kwargs(args, RescoreConfig))
+    print_json(rescore_run(cfg.db, cfg.run, cfg.run_id, verifier=VerifierSettings.of(cfg),
+                           progress=not args.no_progress, log=lambda m: print(m, file=sys.stderr)))
     return 0
 
 
@@ -31,11 +36,6 @@ sample by sample: prl report --agreement NEW --against RUN. Resumable like prl e
 example:
   prl rescore --db runs/store.duckdb --run import-saturn-1a2b3c4d
 """)
-    p.add_argument("--db", required=True, help="store file")
-    p.add_argument("--run", required=True, help="the run to re-verify")
-    p.add_argument("--run-id", default=None, help="id of the new run (default: RUN.rescore)")
-    p.add_argument("--verifier-workers", type=int, default=2, help="Math-Verify worker processes (default: 2)")
-    p.add_argument("--verify-timeout-s", type=int, default=5,
-                   help="Math-Verify's own timeout per call in whole seconds; the hard kill is 3x (default: 5)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_config_arguments(p, RescoreConfig)
+    add_config_arguments(p, ProgressOptions)
     p.set_defaults(func=_cmd_rescore)

@@ -4,6 +4,17 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import dataclass
+
+from prl.options import add_config_arguments
+
+
+@dataclass
+class SelfcheckOptions:
+    """`prl selfcheck`."""
+
+    seed: int = 0
+    """Seed of the random invariant batch."""
 
 
 def _cmd_selfcheck(args: argparse.Namespace) -> int:
@@ -72,5 +83,5 @@ def register(sub) -> None:
         "with the documented values, and check eta=inf == GRPO and the segment fill on a random batch. Exit "
         "status 1 on any mismatch.",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the random invariant batch (default 0)")
+    add_config_arguments(p, SelfcheckOptions)
     p.set_defaults(func=_cmd_selfcheck)

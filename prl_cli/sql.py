@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import argparse
-import sys
+from dataclasses import dataclass
+
+from prl.options import add_config_arguments, option
+
+
+@dataclass
+class SqlOptions:
+    """`prl sql`."""
+
+    query: str = option(flag="positional")
+    """The statement, e.g. "select dataset, avg(score) from samples group by 1"."""
+    db: str = option()
+    """Store file (.duckdb)."""
+    format: str = option("table", choices=("table", "csv", "json"))
+    """Output format."""
+    timeout: float = 10.0
+    """Seconds before the query is cut off."""
 
 
 def _cmd_sql(args: argparse.Namespace) -> int:
-    from prl.store.readonly import QueryRefused, render, run_query
+    from prl.store.readonly import render, run_query
 
-    try:
-        cols, rows = run_query(args.db, args.query, timeout_s=args.timeout)
-    except QueryRefused as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    cols, rows = run_query(args.db, args.query, timeout_s=args.timeout)  # QueryRefused: main's one error line
     print(render(cols, rows, args.format))
     return 0
 
@@ -28,8 +40,5 @@ def register(sub) -> None:
         "INSTALL/LOAD and SET are refused; queries longer than --timeout are cut off. Example: prl sql --db "
         "runs/demo/store.duckdb \"select run_id, dataset, average_at_n from dataset_metrics\"",
     )
-    p.add_argument("query", help='e.g. "select dataset, avg(score) from samples group by 1"')
-    p.add_argument("--db", required=True, help="store file (.duckdb)")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds before the query is cut off (default 10)")
+    add_config_arguments(p, SqlOptions)
     p.set_defaults(func=_cmd_sql)

@@ -5,9 +5,36 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+from prl.evaluation.config import TASK_RUNNERS
+from prl.options import add_config_arguments, option
+
+from prl_cli.common import run_flow
+
+
+@dataclass
+class StudyOptions:
+    """`prl study`'s options (the study itself is the config file's)."""
+
+    config: str
+    """Study YAML (configs/study/*.yaml)."""
+    study_id: str | None = None
+    """Study id (default: the config's study.id)."""
+    task_runner: str = option("local", choices=TASK_RUNNERS)
+    """Run the jobs in threads of this process (local) or as Ray tasks (ray; pip install -e '.[ray]')."""
+    ray_address: str | None = None
+    """With --task-runner ray: a Ray cluster to join (default: start a local runtime)."""
+    dry_run: bool = False
+    """Check the config and print the jobs; start nothing."""
+    gpus_per_node: int = 0
+    """--dry-run: also plan one job's GPU run (memory, batch) on this many GPUs per node (default: no plan)."""
+    nodes: int = 0
+    """--dry-run: nodes of that plan (default 1)."""
+    no_progress: bool = False
+    """No progress bar."""
 
 
 def _dry_run(study, args) -> int:
@@ -54,21 +81,15 @@ def _cmd_study(args: argparse.Namespace) -> int:
     study = load_study(args.config, study_id=args.study_id)
     if args.dry_run:
         return _dry_run(study, args)
-    from prl import logs
-
     Path(study.settings.out_dir).mkdir(parents=True, exist_ok=True)
-    logs.log_to(Path(study.settings.out_dir) / "study.log")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.study import study_flow
 
     flow = study_flow(args.task_runner, study.settings.concurrency, args.ray_address)
-    with contextlib.redirect_stdout(sys.stderr):
-        result = flow(args.config, study_id=args.study_id, task_runner=args.task_runner,
-                      progress=not args.no_progress)
-    print(json.dumps(result, indent=2, default=str))
-    print(f"next: prl report --study {study.id} --db {study.settings.store}   (dashboard: prl dashboard --db "
-          f"{study.settings.store}, page Study)", file=sys.stderr)
-    return 0
+    return run_flow(Path(study.settings.out_dir) / "study.log",
+                    lambda: flow(args.config, study_id=args.study_id, task_runner=args.task_runner,
+                                 progress=not args.no_progress),
+                    next_hint=lambda _: f"prl report --study {study.id} --db {study.settings.store}   (dashboard: "
+                    f"prl dashboard --db {study.settings.store}, page Study)")
 
 
 def register(sub) -> None:
@@ -98,15 +119,5 @@ examples:
   prl study --config configs/study/paper_table5.yaml --dry-run --gpus-per-node 4
   prl report --study embedded --db runs/study/embedded/store.duckdb
 """)
-    p.add_argument("--config", required=True, help="study YAML (configs/study/*.yaml)")
-    p.add_argument("--study-id", default=None, help="study id (default: the config's study.id)")
-    p.add_argument("--task-runner", choices=("local", "ray"), default="local",
-                   help="run the jobs in threads of this process (local) or as Ray tasks (ray; pip install -e '.[ray]')")
-    p.add_argument("--ray-address", default=None, help="with --task-runner ray: a Ray cluster to join (default: "
-                                                         "start a local runtime)")
-    p.add_argument("--dry-run", action="store_true", help="check the config and print the jobs; start nothing")
-    p.add_argument("--gpus-per-node", type=int, default=0, help="--dry-run: also plan one job's GPU run (memory, "
-                                                                 "batch) on this many GPUs per node")
-    p.add_argument("--nodes", type=int, default=0, help="--dry-run: nodes of that plan (default 1)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_config_arguments(p, StudyOptions)
     p.set_defaults(func=_cmd_study)

@@ -7,19 +7,40 @@ import contextlib
 import json
 import os
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 from prl.generation.engines.base import check_model_dir
 from prl import logs
+from prl.options import add_config_arguments, option
 from prl.training.config import add_run_arguments, run_config_from_args
 from prl.training.memory import GPUS
+
+from prl_cli.common import ProgressOptions, run_flow
+
+
+@dataclass
+class DryRunOptions:
+    """`prl train --dry-run` and what it plans."""
+
+    dry_run: bool = False
+    """Print the plan of a GPU run of this config; start nothing."""
+    gpus_per_node: int = 1
+    """--dry-run: GPUs per node."""
+    nodes: int = 1
+    """--dry-run: nodes."""
+    device: str | None = option(None, choices=("cpu", *GPUS))
+    """--dry-run: the device one rank is planned on (default: cpu for float32 configs, H100-80GB for bfloat16 ones)."""
+    json: bool = False
+    """--dry-run: print the plan as JSON instead of text."""
+    plan_json: str | None = option(None, metavar="FILE")
+    """--dry-run: also write the plan as JSON."""
 
 
 def _cmd_dry_run(args: argparse.Namespace) -> int:
     from prl.training import dry_run
 
     cfg = run_config_from_args(args)
-    from pathlib import Path
-
     logs.log_to(Path(cfg.train.out_dir).with_name(Path(cfg.train.out_dir).name + ".dry-run.log"))
     with contextlib.redirect_stdout(sys.stderr):  # library chatter off stdout, which carries the plan
         plan = dry_run.plan(cfg, gpus_per_node=args.gpus_per_node, nodes=args.nodes, device=args.device)
@@ -40,18 +61,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     check_model_dir(cfg.train.model)
     if not args.resume:
         check_fresh_start(cfg.train)  # one line, before Prefect starts
-    from pathlib import Path
-
-    logs.log_to(Path(cfg.train.out_dir) / "train.log")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.train import train
 
-    with contextlib.redirect_stdout(sys.stderr):  # libraries print progress to stdout; it carries the result
-        result = train(cfg, resume=args.resume, progress=not args.no_progress)
-    print(json.dumps(result, indent=2, default=str))
-    print(f"next: prl report --db {cfg.train.db}   (training curves: prl sql --db {cfg.train.db} "
-          f"\"select step, name, value from train_metrics where run_id = '{result['run_id']}'\")", file=sys.stderr)
-    return 0
+    return run_flow(Path(cfg.train.out_dir) / "train.log",
+                    lambda: train(cfg, resume=args.resume, progress=not args.no_progress),
+                    next_hint=lambda result: f"prl report --db {cfg.train.db}   (training curves: prl sql --db "
+                    f"{cfg.train.db} \"select step, name, value from train_metrics where run_id = '{result['run_id']}'\")")
 
 
 def register(sub) -> None:
@@ -89,13 +104,6 @@ example:
   prl train --config configs/train/paper_qwen2.5_math_7b.yaml --dry-run --gpus-per-node 8 --device H100-80GB --json
 """)
     add_run_arguments(p)  # the same options as the training script (prl.training.config)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--dry-run", action="store_true", help="print the plan of a GPU run of this config; start nothing")
-    p.add_argument("--gpus-per-node", type=int, default=1, help="--dry-run: GPUs per node (default 1)")
-    p.add_argument("--nodes", type=int, default=1, help="--dry-run: nodes (default 1)")
-    p.add_argument("--device", default=None, choices=["cpu", *GPUS],
-                   help="--dry-run: the device one rank is planned on (default: cpu for float32 configs, H100-80GB "
-                        "for bfloat16 ones)")
-    p.add_argument("--json", action="store_true", help="--dry-run: print the plan as JSON instead of text")
-    p.add_argument("--plan-json", default=None, metavar="FILE", help="--dry-run: also write the plan as JSON")
+    add_config_arguments(p, ProgressOptions)
+    add_config_arguments(p, DryRunOptions)
     p.set_defaults(func=_cmd_train)

@@ -4,6 +4,24 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
+
+from prl.grading.verifier import VerifierSettings
+from prl.options import add_config_arguments
+
+
+@dataclass
+class VerifyOptions:
+    """`prl verify`."""
+
+    gold: str
+    """Gold answer (raw)."""
+    response: str
+    """Model response text."""
+    dataset: str | None = None
+    """Normalise the gold as this data set does (e.g. minerva_math)."""
+    timeout: int = VerifierSettings.verify_timeout_s
+    """Math-Verify timeout in whole seconds."""
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -28,8 +46,5 @@ def register(sub) -> None:
         "that benchmark's loader does (e.g. minerva's boxed solution). "
         "Example: prl verify --dataset minerva_math --gold 'so $\\boxed{4.5e33}$' --response '\\boxed{4.5\\times10^{33}}'",
     )
-    p.add_argument("--gold", required=True, help="gold answer (raw)")
-    p.add_argument("--response", required=True, help="model response text")
-    p.add_argument("--dataset", default=None, help="normalise the gold as this data set does (e.g. minerva_math)")
-    p.add_argument("--timeout", type=int, default=5, help="Math-Verify timeout in whole seconds (default 5)")
+    add_config_arguments(p, VerifyOptions)
     p.set_defaults(func=_cmd_verify)

@@ -7,6 +7,7 @@ non-PRL estimator is refused instead of silently training GRPO.
 
 from __future__ import annotations
 
+from .errors import UserError
 import dataclasses
 import math
 from dataclasses import dataclass, field, fields
@@ -22,7 +23,7 @@ ESTIMATOR_NAMES = ("grpo", "dr_grpo", "prl", "raft")
 PRL_ONLY = ("eta", "step_split", "order")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration value or combination is invalid; the message says how to fix it."""
 
 

@@ -99,13 +99,13 @@ def test_eval_sft_demo_and_train_options_are_their_configs_fields():
 
     from flows.config import PipelineConfig
     from prl.evaluation.config import EvalConfig
-    from prl.options import field_docs
+    from prl.options import field_docs, flag_names
     from prl.training.config import OVERRIDES, TrainConfig
     from prl.training.sft import SFTConfig
-    from prl_cli import demo, eval_, model
 
-    cases = [(["eval"], EvalConfig, eval_.OPTIONS, "value"), (["model", "sft"], SFTConfig, model.SFT_OPTIONS, "value"),
-             (["demo"], PipelineConfig, demo.OPTIONS, None), (["train"], TrainConfig, OVERRIDES, None)]
+    cases = [(["eval"], EvalConfig, flag_names(EvalConfig), "value"),
+             (["model", "sft"], SFTConfig, flag_names(SFTConfig), "value"),
+             (["demo"], PipelineConfig, flag_names(PipelineConfig), None), (["train"], TrainConfig, OVERRIDES, None)]
     for command, cls, names, defaults in cases:
         options, docs = _options(command), field_docs(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -133,3 +133,74 @@ def test_given_options_reach_the_config():
     assert args.dtype == "bfloat16" and build_parser().parse_args(["eval", "--model", "m"]).dtype == "auto"
     cfg = demo_config(build_parser().parse_args(["demo", "--small", "--out", "x", "--engine", "hf", "--eta", "5"]))
     assert (cfg.out_dir, cfg.engine, cfg.eta, cfg.train_steps) == ("x", "hf", 5.0, 3)  # --small's budget, overridden
+
+
+def test_every_commands_options_are_the_fields_of_its_records():
+    """No hand-kept option lists: each command's options are exactly the fields of the records it is built from
+    (its config and its own options record), with their defaults."""
+    import argparse
+    import dataclasses
+
+    from flows.config import PipelineConfig
+    from prl.evaluation.config import EvalConfig, RescoreConfig
+    from prl.generation.engines.base import SamplingConfig
+    from prl.imports.run import ImportConfig
+    from prl.options import flag_names
+    from prl.training.config import OVERRIDES, SFTConfig
+    from prl_cli import (common, config, dashboard, data, demo, generate, model, report, selfcheck, sql, study,
+                         train, verify)
+
+    cases = {("eval",): (EvalConfig, common.ProgressOptions), ("import",): (ImportConfig, common.ProgressOptions),
+             ("rescore",): (RescoreConfig, common.ProgressOptions),
+             ("generate",): (generate.GenerateOptions, SamplingConfig), ("demo",): (PipelineConfig, demo.DemoOptions),
+             ("study",): (study.StudyOptions,), ("report",): (report.ReportOptions,), ("sql",): (sql.SqlOptions,),
+             ("verify",): (verify.VerifyOptions,), ("dashboard",): (dashboard.DashboardOptions,),
+             ("selfcheck",): (selfcheck.SelfcheckOptions,), ("config", "check"): (config.CheckOptions,),
+             ("data", "synth"): (data.SynthOptions,), ("model", "build-tiny"): (model.BuildTinyOptions,),
+             ("model", "sft"): (model.SFTPaths, SFTConfig),
+             ("model", "import"): (model.ImportSource, model.ImportTarget)}
+    for command, records in cases.items():
+        options = {d: a for d, a in _options(list(command)).items() if d != "help"}
+        want = {n for r in records for n in flag_names(r)}
+        assert set(options) == want, (command, set(options) ^ want)
+        if command[0] in ("demo",):
+            continue  # every default None: only the options given override --small's or the default budget
+        for record in records:
+            for f in dataclasses.fields(record):
+                if f.name in options and f.default is not dataclasses.MISSING and options[f.name].default is not None:
+                    got = options[f.name].default
+                    assert (tuple(got) if isinstance(got, list) else got) == f.default, (command, f.name)
+    train_options = {d for d in _options(["train"]) if d != "help"}
+    assert train_options == {"config", "resume", *OVERRIDES, *flag_names(common.ProgressOptions),
+                             *flag_names(train.DryRunOptions)}
+    assert all(isinstance(a, argparse.Action) for a in _options(["eval"]).values())
+
+
+def test_the_verifier_settings_defaults_reach_eval_import_rescore_and_train(tmp_path):
+    """One record of the verifier's knobs: its fields and defaults are those of every config that verifies, and of
+    `prl eval`, `prl import` and `prl rescore`'s options."""
+    import dataclasses
+
+    from prl.evaluation.config import EvalConfig, RescoreConfig
+    from prl.grading.verifier import VerifierPool, VerifierSettings
+    from prl.imports.run import ImportConfig
+    from prl.training.config import TrainConfig
+
+    record = {f.name: f.default for f in dataclasses.fields(VerifierSettings)}
+    assert set(record) >= {"verifier_workers", "verify_timeout_s"}
+    configs = {"eval": EvalConfig(model=str(tmp_path)), "import": ImportConfig(files=("f",), dataset="amc23"),
+               "rescore": RescoreConfig(db="s", run="r"), "train": TrainConfig(model="m")}
+    for name, cfg in configs.items():
+        assert VerifierSettings.of(cfg) == VerifierSettings(), name
+        assert {k: getattr(cfg, k) for k in record} == record, name
+    for command in ("eval", "import", "rescore"):
+        options = _options([command])
+        assert {k: options[k].default for k in record} == record, command
+    s = VerifierSettings(verifier_workers=1, verify_timeout_s=2)
+    assert s.wall_s == VerifierSettings.WALL_FACTOR * 2 and s.manifest()["wall_s"] == 6
+    assert VerifierSettings.of(EvalConfig(model=str(tmp_path), verifier_workers=1, verify_timeout_s=2)) == s
+    import inspect
+
+    pool = inspect.signature(VerifierPool).parameters
+    assert (pool["workers"].default, pool["timeout_s"].default) == (record["verifier_workers"],
+                                                                     record["verify_timeout_s"])

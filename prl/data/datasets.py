@@ -26,6 +26,7 @@ and a few more of the same kinds.
 
 from __future__ import annotations
 
+from prl_core.errors import UserError
 import functools
 import json
 import math
@@ -40,7 +41,7 @@ SYNTHETIC = "synth_test"
 DATASETS = BENCHMARKS + (SYNTHETIC,)
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A data file or row is unusable; the message names the file, line and field."""
 
 

@@ -1,7 +1,9 @@
-"""The typed configuration of one evaluation run (``prl eval``'s flags come from its fields)."""
+"""The typed configuration of one evaluation run (``prl eval``'s flags come from its fields) and of a
+rescore (``prl rescore``'s)."""
 
 from __future__ import annotations
 
+from prl_core.errors import UserError
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -10,6 +12,8 @@ from typing import Any
 
 from prl.data.datasets import DATASETS
 from prl.generation.engines.base import ENGINE_KINDS, EngineError, SamplingConfig, read_model_config
+from prl.grading.verifier import VerifierSettings
+from prl.options import NO_FLAG, include_fields
 from prl.store.db import DEFAULT_STORE
 
 TASK_RUNNERS = ("local", "ray")
@@ -19,13 +23,15 @@ EVAL_DTYPES = ("auto", *MODEL_DTYPES)
 """What ``EvalConfig.dtype`` (``prl eval --dtype``) accepts: 'auto' is the checkpoint's own."""
 
 
-class EvalError(ValueError):
+class EvalError(UserError, ValueError):
     """The evaluation cannot run with these settings; the message says why and how to fix it."""
 
 
 @dataclass(frozen=True)
+@include_fields(VerifierSettings)
 class EvalConfig:
-    """One evaluation run: which model, which problems, how sampled, where stored."""
+    """One evaluation run: which model, which problems, how sampled, where stored (and, from
+    ``VerifierSettings``, ``verifier_workers`` and ``verify_timeout_s``)."""
 
     model: str
     """Model directory (Hugging Face layout with a chat template)."""
@@ -51,10 +57,6 @@ class EvalConfig:
     """Sampling seed (vLLM: per prompt, so shards and resumed runs reproduce one run)."""
     chunk_problems: int = 32
     """Problems per generate → verify → store transaction (the unit of resumption)."""
-    verifier_workers: int = 2
-    """Math-Verify worker processes."""
-    verify_timeout_s: int = 5
-    """Math-Verify's own timeout per call (integer seconds); the hard wall-clock kill is 3× this."""
     strict: bool = True
     """Refuse user data files with bad rows (False: skip them and report how many)."""
     dtype: str = "auto"
@@ -63,11 +65,11 @@ class EvalConfig:
     engine use it; float32, bfloat16 or float16 override it."""
     max_model_len: int | None = None
     """Context length for the engine (default: the model's)."""
-    parent_run_id: str | None = None
+    parent_run_id: str | None = field(default=None, metadata=NO_FLAG)
     """The training run this evaluation belongs to (evaluations made during training)."""
-    train_step: int | None = None
+    train_step: int | None = field(default=None, metadata=NO_FLAG)
     """The training step of the evaluated weights."""
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    engine_kwargs: dict[str, Any] = field(default_factory=dict, metadata=NO_FLAG)
     """Extra engine options (e.g. {'in_process': True} for vLLM)."""
     task_runner: str = "local"
     """'local': chunks in this process (default). 'ray': shards fanned out to Ray workers (prefect-ray)."""
@@ -79,7 +81,7 @@ class EvalConfig:
     """Ray cluster to join ('auto', 'ray://host:10001'); default: start a local Ray runtime."""
     ray_cpus: int | None = None
     """CPUs of the local Ray runtime (default: all of this machine's)."""
-    shard_cpus: float = 1.0
+    shard_cpus: float = field(default=1.0, metadata=NO_FLAG)
     """CPUs Ray reserves for each shard task (so at most ray_cpus / shard_cpus shards run at once)."""
 
     def __post_init__(self) -> None:
@@ -152,6 +154,19 @@ class EvalConfig:
         d["model_fingerprint"] = model_fingerprint(self.model)
         d["run_id"] = self.resolved_run_id()
         return d
+
+
+@dataclass(frozen=True)
+@include_fields(VerifierSettings)
+class RescoreConfig:
+    """One rescore (``prl rescore``): which stored run, into which new run, verified how (``VerifierSettings``)."""
+
+    db: str
+    """Store file."""
+    run: str
+    """The run to re-verify."""
+    run_id: str | None = None
+    """Id of the new run (default: RUN.rescore)."""
 
 
 def split_spec(spec: str) -> tuple[str, int | None]:

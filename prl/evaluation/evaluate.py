@@ -38,7 +38,7 @@ from prl.evaluation.steps import (chunked, check_prompts, finish_run, generate_c
                                   pending_problems, register_run, start_engine, store_chunk, verify_chunk)
 from prl.generation.engines import Engine
 from prl.generation.prompts import template_record
-from prl.grading.verifier import VerifierPool
+from prl.grading.verifier import VerifierPool, VerifierSettings
 from prl.store.db import Store
 
 
@@ -91,8 +91,7 @@ def open_engine(run: EvalRun, engine: Engine | None = None, log: Callable[[str],
         log(f"engine {cfg.engine} ready in {run.summary['engine_start_s']:.1f} s")
     try:
         check_prompts(engine, run.pending)
-        with VerifierPool(cfg.verifier_workers, timeout_s=cfg.verify_timeout_s,
-                          wall_s=3.0 * cfg.verify_timeout_s) as pool:
+        with VerifierSettings.of(cfg).pool() as pool:
             yield engine, pool
         run.engine_info = engine.info()
         run.template = template_record(engine.tokenizer)

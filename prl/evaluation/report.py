@@ -13,6 +13,7 @@ Data comes from the store through named queries; the arithmetic is ``prl_core.me
 
 from __future__ import annotations
 
+from prl_core.errors import UserError
 import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -27,7 +28,7 @@ from prl.grading.verifier import equivalent_answers
 from prl.store.db import Store
 
 
-class ReportError(ValueError):
+class ReportError(UserError, ValueError):
     """The report cannot be made as asked (unknown run, k larger than n, …)."""
 
 

@@ -14,15 +14,16 @@ from __future__ import annotations
 import json
 import sys
 import time
-from importlib import metadata
+from dataclasses import asdict
 from typing import Any, Callable
 
 from tqdm.auto import tqdm
 
 from prl.data.datasets import BENCHMARKS, SYNTHETIC, Problem, normalize_gold
+from prl.evaluation.config import RescoreConfig  # noqa: F401  (prl rescore's flags; kept beside EvalConfig)
 from prl.evaluation.report import ReportError
 from prl.grading.relevance import FitIndex, fit_index, graded_fields
-from prl.grading.verifier import VERDICTS, VerifierPool
+from prl.grading.verifier import VerifierSettings
 from prl.manifest import run_manifest
 from prl.store.db import Store
 
@@ -63,8 +64,8 @@ def _fit_index(store: Store, samples: list[dict[str, Any]]) -> FitIndex | None:
                              json.loads(r["meta"] or "{}")) for r in rows])
 
 
-def rescore_run(db: str, run_id: str, new_run_id: str | None = None, *, workers: int = 2, timeout_s: int = 5,
-                chunk: int = 256, progress: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
+def rescore_run(db: str, run_id: str, new_run_id: str | None = None, *,
+                verifier: VerifierSettings = VerifierSettings(), chunk: int = 256, progress: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Verify ``run_id``'s samples again into ``new_run_id`` (default ``<run>.rescore``); returns the summary."""
     t0 = time.perf_counter()
     store = Store(db, create=False)
@@ -93,12 +94,11 @@ def rescore_run(db: str, run_id: str, new_run_id: str | None = None, *, workers:
             if golds[key] != s["gold_normalized"]:
                 gold_changes[key] = {"old": s["gold_normalized"], "new": golds[key]}
     old_manifest = json.loads(old["manifest"] or "{}")
-    config = {"source_run": run_id, "db": db, "verifier_workers": workers, "verify_timeout_s": timeout_s}
+    config = {"source_run": run_id, "db": db, **asdict(verifier)}
     manifest = {**run_manifest(RESCORE, config=config, seed=None), "source_run": run_id,
                 "source_kind": old["kind"], "gold_changes": gold_changes,
                 "reported_accuracy": old_manifest.get("reported_accuracy"),
-                "verifier": {"math_verify": metadata.version("math-verify"), "timeout_s": timeout_s,
-                             "wall_s": 3 * timeout_s, "verdicts": "|".join(VERDICTS)},
+                "verifier": verifier.manifest(),
                 "source_verifier": old_manifest.get("verifier")}
     store.execute("upsert_run", run_id=new_run_id, kind=RESCORE, model=old["model"], status="running", config=config,
                   manifest=manifest, parent_run_id=run_id, train_step=old["train_step"])
@@ -110,7 +110,7 @@ def rescore_run(db: str, run_id: str, new_run_id: str | None = None, *, workers:
     added = 0
     try:
         if pending:
-            with VerifierPool(workers, timeout_s=timeout_s, wall_s=3.0 * timeout_s) as pool, \
+            with verifier.pool() as pool, \
                     tqdm(total=len(pending), unit="sample", desc=f"rescore {new_run_id}", disable=not progress,
                          file=sys.stderr, dynamic_ncols=True) as bar:
                 for i in range(0, len(pending), chunk):

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 from prl.data.datasets import Problem
 from prl.evaluation.steps import check_prompts, chunked, generate_chunk, start_engine, verify_chunk
 from prl.generation.prompts import template_record
-from prl.grading.verifier import VerifierPool
+from prl.grading.verifier import VerifierPool, VerifierSettings
 from prl.store.db import OPTIONAL_SAMPLE_COLUMNS, SAMPLE_COLUMNS, Store, StoreError, sample_schema, samples_table
 
 
@@ -107,7 +107,7 @@ def run_shard(cfg, run_id: str, problems: Sequence[Problem], path: str | Path, *
         t_gen = t_ver = 0.0
         rows = []
         with (contextlib.nullcontext(pool) if pool is not None else
-              VerifierPool(cfg.verifier_workers, timeout_s=cfg.verify_timeout_s, wall_s=3.0 * cfg.verify_timeout_s)
+              VerifierSettings.of(cfg).pool()
               ) as verifier:
             # chunk_problems at a time, as the in-process path does: an engine's KV cache holds a chunk's
             # sequences, not the whole shard's (vLLM would otherwise preempt and recompute); with vLLM the

@@ -8,7 +8,6 @@ runs the chunk steps on a worker; ``flows/evaluate.py`` runs them as Prefect tas
 from __future__ import annotations
 
 import json
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -17,7 +16,7 @@ from prl.evaluation.config import EvalConfig, EvalError, split_spec
 from prl.generation.engines import Engine, SamplingConfig, check_model_dir, make_engine
 from prl.generation.prompts import SYSTEM_PROMPT, USER_SUFFIX
 from prl.grading.relevance import graded_fields, register_fit_index
-from prl.grading.verifier import VERDICTS
+from prl.grading.verifier import VerifierSettings
 from prl.manifest import run_manifest
 from prl.store.db import Store
 
@@ -57,8 +56,7 @@ def eval_manifest(cfg: EvalConfig, problems: Sequence[Problem], engine_info: dic
         "problems": counts,
         "engine": engine_info,
         "prompt": {"system": SYSTEM_PROMPT, "user_suffix": USER_SUFFIX, "add_generation_prompt": True, **(template or {})},
-        "verifier": {"math_verify": metadata.version("math-verify"), "timeout_s": cfg.verify_timeout_s,
-                     "wall_s": 3 * cfg.verify_timeout_s, "verdicts": "|".join(VERDICTS)},
+        "verifier": VerifierSettings.of(cfg).manifest(),
     }
 
 

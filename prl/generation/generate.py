@@ -12,6 +12,7 @@ Engines that start worker processes (vLLM) need the caller's script to run under
 
 from __future__ import annotations
 
+from prl_core.errors import UserError
 import json
 import os
 import sys
@@ -23,10 +24,11 @@ from prl.generation.engines import ENGINE_KINDS, Engine, EngineError, SamplingCo
 from prl.manifest import run_manifest, sha256_file
 from prl.generation.prompts import SYSTEM_PROMPT, USER_SUFFIX, build_prompt, template_record
 
-DEFAULT_MAX_TOKENS = 3072
+DEFAULT_MAX_TOKENS = SamplingConfig.max_tokens
+"""The paper's evaluation length (``SamplingConfig``'s default)."""
 
 
-class GenerateInputError(ValueError):
+class GenerateInputError(UserError, ValueError):
     """The prompts file cannot be used; the message names the file, line and field."""
 
 
@@ -75,8 +77,9 @@ def _stderr(msg: str) -> None:
 
 
 def run_generate(model_dir: str | Path, prompts_file: str | Path, out_file: str | Path, *,
-                 engine: str | Engine = "vllm", n: int = 8, temperature: float = 1.0, top_p: float = 1.0,
-                 max_tokens: int = DEFAULT_MAX_TOKENS, seed: int = 0, stop: tuple[str, ...] = (),
+                 engine: str | Engine = "vllm", n: int = SamplingConfig.n,
+                 temperature: float = SamplingConfig.temperature, top_p: float = SamplingConfig.top_p,
+                 max_tokens: int = DEFAULT_MAX_TOKENS, seed: int = SamplingConfig.seed, stop: tuple[str, ...] = (),
                  dtype: str = "float32", max_model_len: int | None = None, limit: int | None = None,
                  engine_kwargs: dict[str, Any] | None = None, progress: bool = True,
                  log: Callable[[str], None] | None = _stderr) -> dict[str, Any]:

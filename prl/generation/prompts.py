@@ -19,6 +19,7 @@ a template instead (PromptError).
 
 from __future__ import annotations
 
+from prl_core.errors import UserError
 import hashlib
 
 SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -33,7 +34,7 @@ PLAIN_TEMPLATE = (
 PROMPT_FORMATS = ("chat_template", "plain")
 
 
-class PromptError(ValueError):
+class PromptError(UserError, ValueError):
     """The tokenizer cannot render prompts (e.g. it has no chat template and one is required)."""
 
 

@@ -22,7 +22,8 @@ import multiprocessing as mp
 import re
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
 
 from prl.data.datasets import last_boxed
 
@@ -48,6 +49,45 @@ class Verdict:
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
+@dataclass(frozen=True)
+class VerifierSettings:
+    """How responses are verified: the one definition of the verifier's knobs and their defaults.
+
+    ``EvalConfig``, ``ImportConfig``, ``TrainConfig`` and ``RescoreConfig`` include these fields
+    (``prl.options.include_fields``), so ``prl eval``, ``prl import``, ``prl rescore`` and the trainer's
+    YAML take the same keys and flags with the same defaults; :meth:`of` reads them back from any of them.
+    """
+
+    verifier_workers: int = 2
+    """Math-Verify worker processes."""
+    verify_timeout_s: int = 5
+    """Math-Verify's own timeout per call (integer seconds); the hard wall-clock kill is 3× this."""
+
+    WALL_FACTOR: ClassVar[float] = 3.0
+    """A worker still busy after ``WALL_FACTOR`` × ``verify_timeout_s`` seconds is killed (``VerifierPool.wall_s``)."""
+
+    @classmethod
+    def of(cls, config: Any) -> "VerifierSettings":
+        """The verifier settings of a config that includes them (or of a VerifierSettings)."""
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
+
+    @property
+    def wall_s(self) -> float:
+        return self.WALL_FACTOR * self.verify_timeout_s
+
+    def pool(self) -> "VerifierPool":
+        """Worker processes with these settings (a context manager)."""
+        return VerifierPool(self.verifier_workers, timeout_s=self.verify_timeout_s, wall_s=self.wall_s)
+
+    def manifest(self) -> dict[str, Any]:
+        """The ``verifier`` section of a run manifest: Math-Verify's version, the limits, the verdicts."""
+        from importlib import metadata
+
+        return {"math_verify": metadata.version("math-verify"), "timeout_s": self.verify_timeout_s,
+                "wall_s": int(self.wall_s) if float(self.wall_s).is_integer() else self.wall_s,
+                "verdicts": "|".join(VERDICTS)}
+
+
 def answer_tag(response: str) -> str | None:
     """Content of the last ``<answer>…</answer>`` (the R1-Zero format), stripped; None if there is none."""
     found = _ANSWER_TAG.findall(response[-20000:])
@@ -65,7 +105,7 @@ def extract_answer(response: str) -> str | None:
 _GOLD_CACHE_SIZE = 4096  # parsed golds a worker keeps (a benchmark has at most a few thousand)
 
 
-def verify_one(response: str, gold: str, *, timeout_s: int = 5, gold_cache: dict | None = None) -> Verdict:
+def verify_one(response: str, gold: str, *, timeout_s: int = VerifierSettings.verify_timeout_s, gold_cache: dict | None = None) -> Verdict:
     """Verify in this process (must be a main thread: Math-Verify's timeouts use SIGALRM).
 
     ``gold_cache``: gold string → its parse, kept by the caller across calls (a pool worker keeps
@@ -248,10 +288,12 @@ class VerifierPool:
     is scored ``timeout``. ``memory_mb``: address-space cap per worker (0 = none).
     """
 
-    def __init__(self, workers: int = 2, *, timeout_s: int = 5, wall_s: float = 15.0, memory_mb: int = 2048,
-                 cache: bool = True):
+    def __init__(self, workers: int = VerifierSettings.verifier_workers, *,
+                 timeout_s: int = VerifierSettings.verify_timeout_s, wall_s: float | None = None,
+                 memory_mb: int = 2048, cache: bool = True):
         if workers < 1:
             raise ValueError(f"workers: must be >= 1, got {workers}")
+        wall_s = VerifierSettings.WALL_FACTOR * timeout_s if wall_s is None else wall_s
         self.timeout_s, self.wall_s, self.memory_mb = timeout_s, wall_s, memory_mb
         self._ctx = mp.get_context("spawn")
         self._workers = [self._spawn() for _ in range(workers)]
@@ -366,7 +408,7 @@ class VerifierPool:
         self.close()
 
 
-def is_correct(response: str, gold: str, *, timeout_s: int = 5) -> bool:
+def is_correct(response: str, gold: str, *, timeout_s: int = VerifierSettings.verify_timeout_s) -> bool:
     """True when the response's final answer equals ``gold`` by Math-Verify, in this process.
 
     A shorthand for quick checks (the SFT report); batches of model outputs go through

@@ -42,6 +42,7 @@ anything is stored, so a bad file changes nothing.
 
 from __future__ import annotations
 
+from prl_core.errors import UserError
 import json
 import re
 import zipfile
@@ -67,7 +68,7 @@ FIELD_GUESSES: dict[str, tuple[str, ...]] = {
 """Without ``--fields``: the file's keys tried, in order, for each of our names."""
 
 
-class FormatError(ValueError):
+class FormatError(UserError, ValueError):
     """A source file cannot be read as the named format; the message names the file and line/row."""
 
 

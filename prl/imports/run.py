@@ -18,12 +18,12 @@ refused.
 
 from __future__ import annotations
 
+from prl_core.errors import UserError
 import json
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
-from importlib import metadata
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -31,26 +31,29 @@ from tqdm.auto import tqdm
 
 from prl.data.datasets import Problem, load_dataset
 from prl.grading.relevance import FitIndex, fit_index, graded_fields
-from prl.grading.verifier import VERDICTS, VerifierPool
+from prl.grading.verifier import VerifierPool, VerifierSettings
 from prl.imports.formats import FORMATS, FormatError, SourceFile, parse_fields, read_source
 from prl.imports.matching import ProblemIndex
 from prl.manifest import run_manifest, sha256_file
+from prl.options import POSITIONAL, include_fields
 from prl.store.db import DEFAULT_STORE, Store
 
 IMPORTED = "imported"
 """The ``runs.kind`` of a run made from another tool's file."""
 
 
-class ImportRunError(ValueError):
+class ImportRunError(UserError, ValueError):
     """The import cannot go ahead as asked; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
+@include_fields(VerifierSettings)
 class ImportConfig:
-    """One import: which files, read how, mapped onto which data set, stored where."""
+    """One import: which files, read how, mapped onto which data set, stored where, verified how
+    (``VerifierSettings``)."""
 
-    files: tuple[str, ...]
-    """Source files (lighteval details .parquet, lm-eval samples .jsonl, Inspect .eval, verl dump .jsonl, JSON/JSONL)."""
+    files: tuple[str, ...] = field(metadata=POSITIONAL)
+    """Source files, in the order their rows are numbered (lighteval details .parquet, lm-eval samples .jsonl, Inspect .eval, verl dump .jsonl, JSON/JSONL)."""
     dataset: str
     """The benchmark the rows answer (math500, minerva_math, olympiad_bench, aime24, amc23, synth_test, or a .jsonl path)."""
     db: str = DEFAULT_STORE
@@ -65,10 +68,6 @@ class ImportConfig:
     """For --format json: our names mapped to the file's fields, as problem=question,response=generated_output,label=correct (dotted paths reach into objects)."""
     reported_accuracy: float | None = None
     """The accuracy the source's authors published, where the file does not carry it (recorded beside ours)."""
-    verifier_workers: int = 2
-    """Math-Verify worker processes."""
-    verify_timeout_s: int = 5
-    """Math-Verify's own timeout per call (integer seconds); the hard wall-clock kill is 3× this."""
     chunk_samples: int = 256
     """Responses per verify → store transaction (the unit of resumption)."""
 
@@ -186,8 +185,7 @@ def run_import(cfg: ImportConfig, *, progress: bool = True, log: Callable[[str],
     manifest = {**run_manifest(IMPORTED, config=cfg.to_dict(), seed=None), "dataset": cfg.dataset,
                 "sources": records, "matched_by": hows, "unmatched": unmatched,
                 "reported_accuracy": _reported(records, cfg),
-                "verifier": {"math_verify": metadata.version("math-verify"), "timeout_s": cfg.verify_timeout_s,
-                             "wall_s": 3 * cfg.verify_timeout_s, "verdicts": "|".join(VERDICTS)}}
+                "verifier": VerifierSettings.of(cfg).manifest()}
     used = {p.problem_id: p for _r, p, _h, _f in matched}
     store.insert_problems(used.values())
     store.execute("upsert_run", run_id=run_id, kind=IMPORTED, model=model, status="running", config=cfg.to_dict(),
@@ -205,8 +203,7 @@ def run_import(cfg: ImportConfig, *, progress: bool = True, log: Callable[[str],
     added = 0
     try:
         if pending:
-            with VerifierPool(cfg.verifier_workers, timeout_s=cfg.verify_timeout_s,
-                              wall_s=3.0 * cfg.verify_timeout_s) as pool, \
+            with VerifierSettings.of(cfg).pool() as pool, \
                     tqdm(total=len(pending), unit="sample", desc=f"import {run_id}", disable=not progress,
                          file=sys.stderr, dynamic_ncols=True) as bar:
                 index = fit_index(cfg.dataset) or FitIndex(problems)  # a user file: its own problems

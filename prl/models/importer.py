@@ -29,6 +29,7 @@ and caches it.
 
 from __future__ import annotations
 
+from prl_core.errors import UserError
 import contextlib
 import copy
 import fcntl
@@ -98,7 +99,7 @@ _TOKENIZER_SAMPLES = (
 _TEMPLATE_PROBLEM = "Compute 12 * 7 + 5."
 
 
-class ModelImportError(ValueError):
+class ModelImportError(UserError, ValueError):
     """A model cannot be imported: the message names the file, the field and the value, and what to do."""
 
 

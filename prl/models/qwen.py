@@ -27,6 +27,7 @@ head_dim = hidden / heads = 32: vLLM's CPU attention needs head_dim >= 32.
 
 from __future__ import annotations
 
+from prl_core.errors import UserError
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -79,7 +80,7 @@ ROUND_TRIP_SAMPLES = (
 _ASSETS = ("prl.models", "assets/qwen2.5")
 
 
-class QwenTokenizerError(RuntimeError):
+class QwenTokenizerError(UserError, RuntimeError):
     """Qwen2.5's tokenizer cannot be built here (a missing package or file); the message says which."""
 
 

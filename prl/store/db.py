@@ -28,6 +28,7 @@ evaluation never duplicates a sample, and a chunk is either wholly stored or not
 
 from __future__ import annotations
 
+from prl_core.errors import UserError
 import fcntl
 import json
 import os
@@ -77,7 +78,7 @@ ROW_COLUMNS = {
 """The training tables :meth:`Store.insert_rows` writes in bulk: each column's Arrow type (JSON columns as text)."""
 
 
-class StoreError(RuntimeError):
+class StoreError(UserError, RuntimeError):
     """The store cannot be used as asked; the message says why and what to do."""
 
 

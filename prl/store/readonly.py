@@ -7,6 +7,7 @@ modify the store nor reach the file system or network. Long queries are interrup
 
 from __future__ import annotations
 
+from prl_core.errors import UserError
 import csv
 import io
 import json
@@ -20,7 +21,7 @@ _FORBIDDEN = re.compile(r"^\s*(ATTACH|DETACH|COPY|INSTALL|LOAD|EXPORT|IMPORT|SET
 _LEADING = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/|\()*", re.DOTALL)
 
 
-class QueryRefused(ValueError):
+class QueryRefused(UserError, ValueError):
     """The statement is not a read-only query, or it failed; the message says which."""
 
 

@@ -13,13 +13,16 @@ import yaml
 from prl_core.config import AlgorithmConfig, ConfigError
 from prl_core.logprobs import DEFAULT_CHUNK_TOKENS
 
-from prl.options import add_config_arguments, config_kwargs
+from prl.grading.verifier import VerifierSettings
+from prl.options import add_config_arguments, config_kwargs, include_fields
 from prl.store.db import DEFAULT_STORE
 
 
 @dataclass
+@include_fields(VerifierSettings)
 class TrainConfig:
-    """Everything about a training run except the estimator (that is ``AlgorithmConfig``)."""
+    """Everything about a training run except the estimator (that is ``AlgorithmConfig``); the rollouts'
+    verifier (``verifier_workers``, ``verify_timeout_s``) from ``VerifierSettings``."""
 
     model: str = ""
     """Starting policy (and frozen reference) directory, Hugging Face layout with a chat template."""
@@ -114,8 +117,6 @@ class TrainConfig:
     """Problems per data set in periodic evaluations (None = all)."""
     segments_per_step: int = 4
     """Rollouts per step whose per-segment S and ρ go to prl_segments."""
-    verifier_workers: int = 1
-    """Math-Verify worker processes."""
     threads: int | None = 2
     """torch threads for the trainer (fixed, so that results do not depend on the machine's core count:
     docs/reproducibility.md; None: torch's default, one per core)."""

@@ -9,6 +9,7 @@ evaluations load, are :mod:`prl.training.checkpoints`.)
 
 from __future__ import annotations
 
+from prl_core.errors import UserError
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -23,7 +24,7 @@ from prl.training.config import TrainConfig
 CHECKPOINT_DIR = "checkpoints"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint could not be written; the message names it and how to continue."""
 
 

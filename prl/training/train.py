@@ -48,6 +48,7 @@ import random
 import shutil
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -67,7 +68,7 @@ from prl.evaluation.config import EvalConfig
 from prl.evaluation.evaluate import run_evaluation_across_ranks
 from prl.generation.engines import Engine, SamplingConfig, check_model_dir, make_engine
 from prl.generation.engines.base import derive_seed
-from prl.grading.verifier import VerifierPool
+from prl.grading.verifier import VerifierPool, VerifierSettings
 from prl.manifest import run_manifest
 from prl.store.db import Store
 from prl.training import checkpoints as exports
@@ -231,7 +232,7 @@ class Trainer:
 
     def open(self) -> None:
         """The verifier workers; the run's row in the store."""
-        self.pool = VerifierPool(self.t.verifier_workers, timeout_s=5, wall_s=15.0)
+        self.pool = VerifierSettings.of(self.t).pool()
         if self.store is not None:
             self.register_run("running")
 
@@ -620,7 +621,7 @@ class Trainer:
         cfg = EvalConfig(model=str(model), datasets=tuple(self.t.eval_datasets), n=self.t.eval_n,
                          db=self.t.db, run_id=exports.eval_run_id(self.run_id, self.step_no), engine=self.t.engine,
                          limit=self.t.eval_limit, max_tokens=self.t.max_tokens, temperature=1.0, seed=self.t.seed,
-                         dtype=self.t.dtype, verifier_workers=self.t.verifier_workers, parent_run_id=self.run_id,
+                         dtype=self.t.dtype, **asdict(VerifierSettings.of(self.t)), parent_run_id=self.run_id,
                          train_step=self.step_no)
         return run_evaluation_across_ranks(cfg, engine=self.rollout_engine, pool=self.pool, rank=self.rank,
                                            world=self.world, share=lambda obj: dist.broadcast(obj, self.world),

@@ -28,6 +28,7 @@ Conventions shared by every engine:
 
 from __future__ import annotations
 
+from prl_core.errors import UserError
 import hashlib
 import json
 import math
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from prl.generation import prompts as _prompts
+from prl.options import NO_FLAG, REPEATED
 from prl.generation.prompts import PromptError, build_prompt, prompt_format, template_hash
 
 ENGINE_KINDS = ("vllm", "hf")
@@ -56,7 +58,7 @@ __all__ = [
 ]
 
 
-class EngineError(ValueError):
+class EngineError(UserError, ValueError):
     """A generation engine cannot be built or used with these inputs; the message says why and what to do."""
 
 
@@ -72,18 +74,18 @@ class SamplingConfig:
     n: int = 8
     """Samples per prompt."""
     temperature: float = 1.0
-    """0 means greedy decoding."""
+    """Sampling temperature; 0 means greedy decoding."""
     top_p: float = 1.0
     """Nucleus sampling mass, in (0, 1]."""
     max_tokens: int = 3072
     """Maximum generated tokens per sample (generation also stops when the context is full)."""
-    stop: tuple[str, ...] = ()
+    stop: tuple[str, ...] = field(default=(), metadata=REPEATED)
     """Stop strings: generation ends when the response text contains one; it is cut off the text."""
     seed: int = 0
     """Seed of the sampler, applied at the start of every ``generate`` call."""
-    logprobs: bool = True
+    logprobs: bool = field(default=True, metadata=NO_FLAG)
     """Return the log-probability of every generated token."""
-    ignore_eos: bool = False
+    ignore_eos: bool = field(default=False, metadata=NO_FLAG)
     """Keep generating after EOS (benchmarks: fixed lengths); stop strings still apply."""
 
     def __post_init__(self) -> None:
