@@ -9,6 +9,7 @@ it here, on given rows.
     warm start          prl.training.config.WarmStart        ← the demo, a study (prl.training.sft.warm_start)
     training problems   prl.data.synthetic.TRAIN_SIZE        ← TrainConfig, SFTConfig, the demo's data
     manifest prompt     prl.generation.prompts.prompt_record ← eval manifest, prl generate
+    estimator names     prl_core.estimators.ESTIMATORS       ← AlgorithmConfig (names, group size, PRL keys, order)
     run manifest        prl.manifest.run_manifest            ← eval, generate, SFT, train
     maj@n               prl_core.metrics.maj_at_k            ← prl report (answers clustered by equivalence)
 """
@@ -157,6 +158,37 @@ def test_the_training_split_size_has_one_home():
                  if re.search(r"\b20_?000\b", p.read_text().replace("response[-20000:]", ""))
                  and p.name != "synthetic.py"]
     assert offenders == []
+
+
+# ─── the estimator registry ────────────────────────────────────────────────────────────────────
+
+def test_the_estimator_registry_owns_names_and_constraints():
+    from prl_core import estimators
+    from prl_core.advantages import ORDERS
+    from prl_core.config import AlgorithmConfig, ConfigError
+
+    try:
+        @estimators.register("test_only", needs_group=True)
+        def test_only(rewards, group_ids, logp_old, logp_ref, mask, *, cfg, boundaries=None):
+            raise AssertionError("not called")
+
+        assert AlgorithmConfig(estimator="test_only", n_samples=2).estimator == "test_only"
+        with pytest.raises(ConfigError, match="n_samples: test_only needs a group"):
+            AlgorithmConfig(estimator="test_only", n_samples=1)
+        with pytest.raises(ConfigError, match=r"train\.n_samples: test_only needs a group"):
+            algo = AlgorithmConfig(estimator="test_only", n_samples=2)
+            algo.n_samples = 1
+            TrainConfig(model="m").validate(algo)
+    finally:
+        estimators.ESTIMATORS.pop("test_only", None)
+    with pytest.raises(ConfigError, match="unknown 'test_only'"):
+        AlgorithmConfig(estimator="test_only")
+    assert AlgorithmConfig(eta=1.0).order == ORDERS[0]
+    assert {AlgorithmConfig(eta=1.0, order=o).order for o in ORDERS} == set(ORDERS)
+    literals = [str(p.relative_to(ROOT)) for d in ("prl", "prl_core", "flows", "prl_cli", "dashboard")
+                for p in (ROOT / d).rglob("*.py")
+                if re.search(r"\(\s*['\"]grpo['\"],\s*['\"]dr_grpo['\"]|['\"]process_first['\"]\)", p.read_text())]
+    assert literals == ["prl_core/advantages.py"]
 
 
 # ─── the run manifest ──────────────────────────────────────────────────────────────────────────

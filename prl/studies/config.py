@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from prl_core.config import PRL_ONLY, AlgorithmConfig, ConfigError
+from prl_core.config import AlgorithmConfig, ConfigError
+from prl_core.estimators import PRL_ONLY
 
 from prl.store.db import store_path
 from prl.training.config import RunConfig, TrainConfig, WarmStart, read_yaml, train_from_dict

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from prl_core.config import AlgorithmConfig, ConfigError
+from prl_core.estimators import group_size_error
 from prl_core.logprobs import DEFAULT_CHUNK_TOKENS
 
 from prl.data.synthetic import TRAIN_SIZE
@@ -180,8 +181,9 @@ class TrainConfig:
             fail("rollout_kv_cache_gib", "only the 'vllm' engine has a KV cache pool; remove it or use engine: vllm")
         if self.rollout_sleep_level not in (0, 1, 2):
             fail("rollout_sleep_level", f"expected 0 (off), 1 or 2, got {self.rollout_sleep_level!r}")
-        if algo.estimator != "raft" and algo.n_samples < 2:
-            fail("n_samples", f"the {algo.estimator} estimator needs groups of >= 2 responses (algorithm.n_samples)")
+        small = group_size_error(algo.estimator, algo.n_samples)
+        if small:
+            fail("n_samples", f"{small} (algorithm.n_samples)")
 
     def needs_reference(self, algo: AlgorithmConfig) -> bool:
         """Whether the run loads the frozen reference: its estimator reads it (PRL), a KL loss does, or kl/ref is
