@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from prl_core.config import ConfigError
 
 from prl.data.datasets import BENCHMARKS, SYNTHETIC
 from prl.options import NO_FLAG
-from prl.training.config import SFTConfig
+from prl.store.db import store_path
+from prl.training.config import WarmStart
 
 
 @dataclass(frozen=True)
@@ -24,12 +24,12 @@ class PipelineConfig:
     """Store file (default: OUT_DIR/store.duckdb)."""
     seed: int = 0
     """One seed for data, model, warm start, rollouts and evaluation sampling."""
-    sft_steps: int = 600
-    """Warm-start steps (~4 min on 2 cores)."""
-    sft_eval_size: int = SFTConfig.eval_size
-    """Held-out problems the warm start is scored on, greedy before and greedy and sampled after (``SFTConfig.eval_size``)."""
-    direct_frac: float = 0.5
-    """Share of warm-start training solutions written without the working (``SFTConfig.direct_frac``): the
+    sft_steps: int = WarmStart.sft_steps
+    """Warm-start steps, ~4 min on 2 cores (``WarmStart.sft_steps``)."""
+    sft_eval_size: int = WarmStart.sft_eval_size
+    """Held-out problems the warm start is scored on, greedy before and greedy and sampled after (``WarmStart.sft_eval_size``)."""
+    direct_frac: float = WarmStart.direct_frac
+    """Share of warm-start training solutions written without the working (``WarmStart.direct_frac``): the
     warm start then answers about half the problems directly, mostly wrongly on multi-step ones, and RL has
     a behaviour to learn (show the working). 0 gives a warm start that always shows it."""
     train_steps: int = 100
@@ -65,15 +65,20 @@ class PipelineConfig:
     """Task runner of the evaluations: 'local' (in this process) or 'ray' (shards on a local Ray runtime)."""
 
     def __post_init__(self):
-        SFTConfig(direct_frac=self.direct_frac)  # the same check, before any work starts
+        self.warm_start()  # its checks, before any work starts
         rollouts = self.prompts_per_step * self.n_samples
         if self.updates_per_step < 1 or rollouts % self.updates_per_step:
             raise ConfigError(f"updates_per_step: must divide the step's {rollouts} rollouts (prompts_per_step "
                               f"{self.prompts_per_step} × n_samples {self.n_samples}), got {self.updates_per_step}")
 
+    def warm_start(self) -> WarmStart:
+        """The demo's starting model (built under ``OUT_DIR/models``)."""
+        return WarmStart(sft_steps=self.sft_steps, direct_frac=self.direct_frac, sft_eval_size=self.sft_eval_size,
+                         seed=self.seed)
+
     @property
     def store(self) -> str:
-        return self.db or str(Path(self.out_dir) / "store.duckdb")
+        return store_path(self.out_dir, self.db)
 
     def eval_datasets(self) -> tuple[str, ...]:
         synth = f"{SYNTHETIC}:{self.synth_limit}" if self.synth_limit else SYNTHETIC

@@ -2,9 +2,9 @@
 
     load problems → register run → [per chunk: generate → verify → store] → finish run
 
-The flow reads top to bottom and calls the plain functions of :mod:`prl.evaluation.evaluate`
-(the same ones :func:`~prl.evaluation.evaluate.run_evaluation` chains without Prefect); the run's
-start and each chunk (generate → verify → store, one transaction) are Prefect tasks. The engine
+The flow is :func:`prl.evaluation.evaluate.run_evaluation` (the one orchestration, also run without
+Prefect) with Prefect tasks as its steps: the run's start, each chunk (generate → verify → store,
+one transaction) and, on Ray, each shard. The engine
 and the verifier pool are process resources opened once and passed to the chunk tasks, so those
 tasks are not cached (their inputs are live objects). Resumption comes from the store, not from
 Prefect's cache: problems that already have ``n`` samples are skipped; rerunning resumes.
@@ -34,8 +34,6 @@ from flows.logs import log as _log
 from prl.evaluation import evaluate as ev
 from prl.evaluation import shards as sh
 from prl.evaluation.config import EvalConfig, EvalError
-
-
 
 
 @task(name="begin-run", cache_policy=NO_CACHE)
@@ -86,20 +84,10 @@ def shard_results(cfg: EvalConfig, run_id: str, shards, directory: Path):
 
 @flow(name="evaluate", log_prints=False)
 def evaluate(cfg: EvalConfig, progress: bool = True) -> dict[str, Any]:
-    """Generate ``cfg.n`` samples per problem, verify them, and store every sample; returns a summary."""
-    run = begin_run(cfg)
-    try:
-        if run.pending and cfg.task_runner != "local":
-            shards, directory = ev.plan_shards(run, _log)
-            ev.store_shard_results(run, shards, shard_results(cfg, run.run_id, shards, directory), progress, _log)
-        elif run.pending:
-            with ev.open_engine(run, log=_log) as (engine, pool), ev.progress_bar(run, progress) as bar:
-                for chunk in ev.chunked(run.pending, cfg.chunk_problems):
-                    ev.record_chunk(run, eval_chunk(engine, pool, cfg, run.run_id, chunk), bar)
-    except BaseException:
-        ev.fail_run(run)
-        raise
-    return ev.end_run(run, _log)
+    """Generate ``cfg.n`` samples per problem, verify them, and store every sample; returns a summary.
+    The orchestration is :func:`prl.evaluation.evaluate.run_evaluation`'s, with this module's tasks as steps."""
+    return ev.run_evaluation(cfg, progress=progress, log=_log, begin=begin_run, chunk=eval_chunk,
+                             shard_results=shard_results)
 
 
 def ray_worker_env() -> dict[str, str]:

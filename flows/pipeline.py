@@ -29,6 +29,7 @@ from flows.train import train_run
 
 from prl.data.datasets import SYNTHETIC
 from prl.manifest import run_manifest
+from prl.training.config import WARM_START_BASE, WARM_START_MARKERS, WARM_START_MODEL
 
 
 def _inputs_key(*fields: str):
@@ -39,6 +40,15 @@ def _inputs_key(*fields: str):
                              **{f: getattr(cfg, f) for f in fields}}, sort_keys=True)
         return hashlib.sha256(f"{context.task.name}:{inputs}".encode()).hexdigest()
     return key
+
+
+def _models(cfg: PipelineConfig) -> Path:
+    return Path(cfg.out_dir) / "models"
+
+
+def _marker(stage: str) -> str:
+    """A warm-start stage's marker file under OUT_DIR."""
+    return f"models/{stage}/{WARM_START_MARKERS[stage]}"
 
 
 def _cached(step, marker: str, cfg: PipelineConfig, *args):
@@ -57,31 +67,24 @@ def prepare_data(cfg: PipelineConfig) -> dict[str, str]:
 
     out = Path(cfg.out_dir) / "data"
     test = synth.write_jsonl(synth.generate("test", synth.TEST_SIZE, seed=cfg.seed), out / "synth_test.jsonl")
-    train = synth.write_jsonl(synth.generate("train", 20000, seed=cfg.seed), out / "synth_train.jsonl")
+    train = synth.write_jsonl(synth.generate("train", synth.TRAIN_SIZE, seed=cfg.seed), out / "synth_train.jsonl")
     _log(f"data: {train} and {test}")
     return {"train": str(train), "test": str(test)}
 
 
 @task(name="build-model", cache_key_fn=_inputs_key("seed"), persist_result=True, retries=1)
 def build_model(cfg: PipelineConfig) -> str:
-    from prl.models.tiny import build_tiny
+    from prl.training.sft import build_warm_start_base
 
-    path = build_tiny(Path(cfg.out_dir) / "models" / "tiny", seed=cfg.seed)
-    _log(f"tiny model built from seed {cfg.seed}: {path}")
-    return str(path)
+    return str(build_warm_start_base(_models(cfg), cfg.warm_start(), log=_log))
 
 
 @task(name="warm-start", cache_key_fn=_inputs_key("seed", "sft_steps", "sft_eval_size", "direct_frac"),
       persist_result=True)
 def warm_start(cfg: PipelineConfig, model: str) -> str:
-    from prl.training.sft import SFTConfig, run_sft
+    from prl.training.sft import run_warm_start
 
-    out = Path(cfg.out_dir) / "models" / "tiny-sft"
-    report = run_sft(model, out, SFTConfig(steps=cfg.sft_steps, eval_size=cfg.sft_eval_size, seed=cfg.seed,
-                                          direct_frac=cfg.direct_frac), log=_log)
-    _log(f"warm start: held-out accuracy greedy {report['accuracy_after_greedy']:.3f}, "
-         f"sampled {report['accuracy_after_sampled']:.3f}")
-    return str(out)
+    return str(run_warm_start(_models(cfg), cfg.warm_start(), log=_log))
 
 
 def train_config(cfg: PipelineConfig, estimator: str, model: str):
@@ -165,8 +168,8 @@ def pipeline(cfg: PipelineConfig = PipelineConfig(), progress: bool = True) -> d
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
     _log(f"pipeline → {cfg.out_dir} (store {cfg.store})")
     timed("data", _cached, prepare_data, "data/synth_test.jsonl", cfg)
-    tiny = timed("build_model", _cached, build_model, "models/tiny/prl_model.json", cfg)
-    warm = timed("warm_start", _cached, warm_start, "models/tiny-sft/sft_report.json", cfg, tiny)
+    tiny = timed("build_model", _cached, build_model, _marker(WARM_START_BASE), cfg)
+    warm = timed("warm_start", _cached, warm_start, _marker(WARM_START_MODEL), cfg, tiny)
     policies = {}
     for estimator in ("prl", "grpo"):
         rc = train_config(cfg, estimator, warm)

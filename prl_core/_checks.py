@@ -50,11 +50,13 @@ def require_group_ids(name: str, x: object, batch: int) -> torch.Tensor:
 
 
 def require_eta(eta: object) -> float:
+    """η, PRL's inverse KL strength: a number > 0, infinity included (the one check, for the advantage
+    functions and ``AlgorithmConfig``)."""
     if isinstance(eta, bool) or not isinstance(eta, (int, float)):
-        raise ValueError(f"eta: expected a positive number (or math.inf), got {eta!r}")
+        raise ValueError(f"eta: expected a positive number or inf, got {eta!r}")
     eta = float(eta)
     if math.isnan(eta) or eta <= 0:
-        raise ValueError(f"eta: must be > 0 (it is the inverse KL strength; math.inf gives GRPO), got {eta}")
+        raise ValueError(f"eta: must be > 0 (the inverse KL strength; inf reproduces GRPO), got {eta}")
     return eta
 
 

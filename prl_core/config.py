@@ -16,11 +16,13 @@ from typing import Any
 
 import yaml
 
+from ._checks import require_eta
+from .advantages import ORDERS
+from .estimators import ESTIMATORS, estimator_names, group_size_error
 from .losses import AGGREGATIONS, KL_ESTIMATORS
 from .steps import parse_split
 
-ESTIMATOR_NAMES = ("grpo", "dr_grpo", "prl", "raft")
-PRL_ONLY = ("eta", "step_split", "order")
+
 
 
 class ConfigError(UserError, ValueError):
@@ -70,16 +72,17 @@ class AlgorithmConfig:
         for name in ("eps", "clip_low", "clip_high", "kl_loss_coef", "raft_threshold"):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"{name}: must be a finite number, got {getattr(self, name)}")
-        if self.estimator not in ESTIMATOR_NAMES:
-            raise ConfigError(f"estimator: unknown {self.estimator!r}; choose one of {', '.join(ESTIMATOR_NAMES)}")
-        if self.estimator != "prl":
-            given = [k for k in PRL_ONLY if getattr(self, k) is not None]
-            if given:
-                raise ConfigError(
-                    f"{', '.join(given)}: only used by the PRL estimator, but estimator is {self.estimator!r}. "
-                    f"Set estimator: prl to train PRL, or remove {', '.join(given)} to train {self.estimator}."
-                )
-        else:
+        if self.estimator not in ESTIMATORS:
+            raise ConfigError(f"estimator: unknown {self.estimator!r}; choose one of {', '.join(estimator_names())}")
+        est = ESTIMATORS[self.estimator]
+        foreign = [k for other in ESTIMATORS.values() if other is not est for k in other.keys if k not in est.keys]
+        given = [k for k in dict.fromkeys(foreign) if getattr(self, k) is not None]
+        if given:
+            raise ConfigError(
+                f"{', '.join(given)}: only used by the PRL estimator, but estimator is {self.estimator!r}. "
+                f"Set estimator: prl to train PRL, or remove {', '.join(given)} to train {self.estimator}."
+            )
+        if self.estimator == "prl":
             if self.eta is None:
                 raise ConfigError(
                     "eta: required when estimator is 'prl' (inverse KL strength; the paper uses 100-300 for "
@@ -90,27 +93,25 @@ class AlgorithmConfig:
                 self.step_split = str(parse_split(self.step_split if self.step_split is not None else "token"))
             except ValueError as e:
                 raise ConfigError("step_split: " + str(e).removeprefix("split: ")) from None
-            self.order = self.order or "advantage_first"
-            if self.order not in ("advantage_first", "process_first"):
-                raise ConfigError(f"order: expected 'advantage_first' or 'process_first', got {self.order!r}")
-        if self.estimator == "dr_grpo":
-            if self.normalize_std:
+            self.order = self.order or ORDERS[0]
+            if self.order not in ORDERS:
+                raise ConfigError(f"order: expected {' or '.join(map(repr, ORDERS))}, got {self.order!r}")
+        if est.normalize_std is not None:
+            if self.normalize_std is not None and self.normalize_std != est.normalize_std:
                 raise ConfigError(
-                    "normalize_std: dr_grpo is defined without the std division; remove normalize_std "
-                    "or use estimator: grpo"
+                    f"normalize_std: {self.estimator} is defined {'with' if est.normalize_std else 'without'} the "
+                    "std division; remove normalize_std or use estimator: grpo"
                 )
-            self.normalize_std = False
+            self.normalize_std = est.normalize_std
         elif self.normalize_std is None:
             self.normalize_std = True
         if not self.eps >= 0:
             raise ConfigError(f"eps: must be >= 0, got {self.eps!r}")
         if not (isinstance(self.n_samples, int) and not isinstance(self.n_samples, bool) and self.n_samples >= 1):
             raise ConfigError(f"n_samples: must be an integer >= 1, got {self.n_samples!r}")
-        if self.estimator in ("grpo", "dr_grpo", "prl") and self.n_samples < 2:
-            raise ConfigError(
-                f"n_samples: {self.estimator} needs a group of at least 2 responses per prompt for its "
-                "baseline (a group of one gets A = R); set n_samples >= 2"
-            )
+        small = group_size_error(self.estimator, self.n_samples)
+        if small:
+            raise ConfigError(f"n_samples: {small}")
         if not 0.0 < self.clip_low < 1.0:
             raise ConfigError(f"clip_low: must be in (0, 1), got {self.clip_low} (the paper uses 0.2)")
         if not self.clip_high > 0.0:
@@ -163,14 +164,13 @@ class AlgorithmConfig:
 
 
 def _as_eta(value: Any) -> float:
+    """η from a config value: a number, or 'inf' spelled as a string in YAML (checked by ``require_eta``)."""
     if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", ".inf"):
         return math.inf
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"eta: expected a positive number or 'inf', got {value!r}")
-    value = float(value)
-    if math.isnan(value) or value <= 0:
-        raise ConfigError(f"eta: must be > 0 (inverse KL strength; 'inf' reproduces GRPO), got {value}")
-    return value
+    try:
+        return require_eta(value)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_type(key: str, value: Any, annotation: Any) -> None:

@@ -6,6 +6,10 @@ consumes them: ``"ppo"`` (:func:`prl_core.losses.ppo_clip_loss`) or ``"sft"``
 
     fn(rewards (B,), group_ids (B,), logp_old (B, T), logp_ref (B, T), mask (B, T) bool,
        *, cfg: AlgorithmConfig, boundaries: (B, T) bool | None) -> (B, T)
+
+The registry owns the estimators' names and the constraints ``prl_core.config.AlgorithmConfig``
+checks against them (``needs_group``, ``keys``, ``normalize_std``), so this module does not import
+the config (``AlgorithmConfig`` in annotations is the name only).
 """
 
 from __future__ import annotations
@@ -17,30 +21,38 @@ import torch
 
 from ._checks import require_rollout_batch
 from .advantages import group_advantages, prl_advantages, raft_select
-from .config import AlgorithmConfig
 
 EstimatorFn = Callable[..., torch.Tensor]
+
+PRL_ONLY = ("eta", "step_split", "order")
+"""The ``AlgorithmConfig`` keys only the PRL estimator reads (``Estimator.keys`` of ``prl``)."""
 
 
 @dataclass(frozen=True)
 class Estimator:
+    """A registered estimator: its function and what ``AlgorithmConfig`` checks against it."""
+
     name: str
     fn: EstimatorFn
     loss: str  # "ppo" or "sft"
     uses_steps: bool  # whether step boundaries change the result
     uses_reference: bool = False  # whether the reference's log-probs change the result
+    needs_group: bool = False  # a group baseline: needs n_samples >= 2 responses per prompt
+    keys: tuple[str, ...] = ()  # AlgorithmConfig keys only this estimator reads
+    normalize_std: bool | None = None  # fixed by the definition (dr_grpo: False); None: the config's choice
 
 
 ESTIMATORS: dict[str, Estimator] = {}
 
 
-def register(name: str, *, loss: str = "ppo", uses_steps: bool = False, uses_reference: bool = False):
+def register(name: str, *, loss: str = "ppo", uses_steps: bool = False, uses_reference: bool = False,
+             needs_group: bool = False, keys: tuple[str, ...] = (), normalize_std: bool | None = None):
     """Decorator: add an estimator under ``name`` (names are unique)."""
 
     def wrap(fn: EstimatorFn) -> EstimatorFn:
         if name in ESTIMATORS:
             raise ValueError(f"estimator {name!r} is already registered")
-        ESTIMATORS[name] = Estimator(name, fn, loss, uses_steps, uses_reference)
+        ESTIMATORS[name] = Estimator(name, fn, loss, uses_steps, uses_reference, needs_group, keys, normalize_std)
         return fn
 
     return wrap
@@ -53,6 +65,19 @@ def get_estimator(name: str) -> Estimator:
         raise ValueError(f"estimator: unknown {name!r}; registered: {', '.join(sorted(ESTIMATORS))}") from None
 
 
+def estimator_names() -> tuple[str, ...]:
+    """The registered estimators' names, in registration order."""
+    return tuple(ESTIMATORS)
+
+
+def group_size_error(estimator: str, n_samples: int) -> str | None:
+    """Why ``n_samples`` responses per prompt are too few for the estimator's group baseline; None when enough."""
+    if get_estimator(estimator).needs_group and n_samples < 2:
+        return (f"{estimator} needs a group of at least 2 responses per prompt for its baseline (a group of one "
+                "gets A = R); set n_samples >= 2")
+    return None
+
+
 def _broadcast(adv: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.where(mask, adv.to(dtype).unsqueeze(1), 0.0).to(dtype)
 
@@ -62,7 +87,7 @@ def _check_batch(rewards, logp_old, logp_ref, mask) -> None:
     require_rollout_batch(rewards, logp_old, logp_ref, mask)
 
 
-@register("grpo")
+@register("grpo", needs_group=True)
 def grpo(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfig, boundaries=None):
     """GRPO: group outcome advantage (std-normalised) on every response token."""
     _check_batch(rewards, logp_old, logp_ref, mask)
@@ -70,7 +95,7 @@ def grpo(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfig, 
     return _broadcast(adv, mask, logp_old.dtype)
 
 
-@register("dr_grpo")
+@register("dr_grpo", needs_group=True, normalize_std=False)
 def dr_grpo(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfig, boundaries=None):
     """Dr.GRPO: group-centred reward, no std division."""
     _check_batch(rewards, logp_old, logp_ref, mask)
@@ -78,7 +103,7 @@ def dr_grpo(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfi
     return _broadcast(adv, mask, logp_old.dtype)
 
 
-@register("prl", uses_steps=True, uses_reference=True)
+@register("prl", uses_steps=True, uses_reference=True, needs_group=True, keys=PRL_ONLY)
 def prl(rewards, group_ids, logp_old, logp_ref, mask, *, cfg: AlgorithmConfig, boundaries=None):
     """PRL: ρ = A − S/η (or process-first), filled over step segments.
 

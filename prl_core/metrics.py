@@ -15,25 +15,40 @@ from typing import Callable, Sequence
 import torch
 
 
-def pass_at_k(c: torch.Tensor, n: int, k: int) -> torch.Tensor:
+def pass_at_k(c: torch.Tensor, n: int | torch.Tensor, k: int) -> torch.Tensor:
     """Unbiased pass@k per problem: 1 − C(n−c, k) / C(n, k), (P,) float64.
 
-    ``c`` (P,) integer counts of correct samples out of ``n``; requires 1 ≤ k ≤ n.
+    ``c`` (P,) integer counts of correct samples out of ``n``: one int for every problem, or (P,) per
+    problem (a run still in progress, or problems sampled unequally); requires 1 ≤ k ≤ every n.
     """
-    if not 1 <= k <= n:
-        raise ValueError(f"k: must be in [1, n={n}], got {k}")
     c = torch.as_tensor(c, dtype=torch.float64)
-    if bool(((c < 0) | (c > n)).any()):
-        raise ValueError(f"c: counts must be in [0, n={n}]")
+    n_t = torch.as_tensor(n, dtype=torch.float64)
+    if n_t.dim() and n_t.shape != c.shape:
+        raise ValueError(f"n: expected one count or shape {tuple(c.shape)} (as c), got {tuple(n_t.shape)}")
+    if n_t.numel() == 0:
+        return c.clone()
+    n_min = int(n_t.min())
+    if not 1 <= k <= n_min:
+        raise ValueError(f"k: must be in [1, n={n_min}], got {k}")
+    if bool(((c < 0) | (c > n_t)).any()):
+        raise ValueError(f"c: counts must be in [0, n={n if isinstance(n, int) else n_min}]")
     # C(n−c, k)/C(n, k) = Π_{i=0}^{k−1} (n−c−i)/(n−i); zero as soon as n−c < k
     i = torch.arange(k, dtype=torch.float64)
-    ratio = ((n - c).unsqueeze(1) - i).clamp_min(0) / (n - i)
-    return 1.0 - ratio.prod(dim=1)
+    ratio = ((n_t - c).unsqueeze(-1) - i).clamp_min(0) / (n_t.unsqueeze(-1) - i)
+    return 1.0 - ratio.prod(dim=-1)
 
 
-def average_at_k(correct: torch.Tensor) -> torch.Tensor:
-    """average@n per problem: mean correctness of its samples, (P, n) bool → (P,) float64."""
-    return correct.to(torch.float64).mean(dim=1)
+def average_at_k(c: torch.Tensor, n: int | torch.Tensor | None = None) -> torch.Tensor:
+    """average@n per problem: the mean correctness of its samples, (P,) float64.
+
+    From the counts of correct samples ``c`` (P,) out of ``n`` (one int, or (P,) per problem), as the
+    store's view ``problem_outcomes.average``; or, with ``n`` omitted, from a (P, n) bool matrix of
+    outcomes.
+    """
+    if n is None:
+        correct = torch.as_tensor(c)
+        return average_at_k(correct.sum(dim=1), correct.shape[1])
+    return torch.as_tensor(c, dtype=torch.float64) / torch.as_tensor(n)
 
 
 def majority_answer(answers: Sequence[str | None], *, equivalent: Callable[[str, str], bool] | None = None

@@ -123,6 +123,16 @@ def step_boundaries(
     return _text_boundaries(mask, sp.delimiter, token_texts) | last
 
 
+def segment_bounds(boundaries: torch.Tensor) -> list[tuple[int, int]]:
+    """The segments of one row: (first column, boundary column) for each True of ``boundaries`` (T,), the
+    first segment starting at column 0 and each next one after the previous boundary."""
+    out, start = [], 0
+    for end in torch.nonzero(boundaries).flatten().tolist():
+        out.append((start, end))
+        start = end + 1
+    return out
+
+
 def _text_boundaries(mask: torch.Tensor, delimiter: str, token_texts) -> torch.Tensor:
     B, T = mask.shape
     if token_texts is None:

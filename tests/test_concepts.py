@@ -5,6 +5,11 @@ it here, on given rows.
     suspicious pass     prl.grading.relevance (rule, 0.15)   ← sql/schema.sql view, Failures page caption
     shows its working   prl.data.synthetic.shows_working     ← sql/queries.sql answer_styles_for_run
     default store path  prl.store.db.DEFAULT_STORE           ← EvalConfig, TrainConfig, the CLI, the dashboard
+    OUT_DIR store path  prl.store.db.store_path              ← the demo (PipelineConfig), a study (StudySettings)
+    warm start          prl.training.config.WarmStart        ← the demo, a study (prl.training.sft.warm_start)
+    training problems   prl.data.synthetic.TRAIN_SIZE        ← TrainConfig, SFTConfig, the demo's data
+    manifest prompt     prl.generation.prompts.prompt_record ← eval manifest, prl generate
+    estimator names     prl_core.estimators.ESTIMATORS       ← AlgorithmConfig (names, group size, PRL keys, order)
     run manifest        prl.manifest.run_manifest            ← eval, generate, SFT, train
     maj@n               prl_core.metrics.maj_at_k            ← prl report (answers clustered by equivalence)
 """
@@ -22,6 +27,7 @@ from prl.data.synthetic import shows_working
 from prl.evaluation.config import EvalConfig
 from prl.evaluation.report import run_scores
 from prl.evaluation.steps import eval_manifest
+from prl.generation.prompts import prompt_record
 from prl.grading.relevance import SUSPICIOUS_BELOW, is_suspicious_pass
 from prl.grading.verifier import VERDICTS
 from prl.manifest import MANIFEST_KEYS
@@ -112,6 +118,79 @@ def test_every_default_store_path_is_the_one_home():
     assert offenders == []
 
 
+def test_an_out_dir_store_is_the_one_rule():
+    from flows.config import PipelineConfig
+    from prl.store.db import store_path
+    from prl.studies.config import StudySettings
+
+    assert PipelineConfig(out_dir="x/demo").store == store_path("x/demo") == str(Path("x/demo") / "store.duckdb")
+    assert StudySettings(id="s", out_dir="x/s").store == store_path("x/s")
+    assert StudySettings(id="s", out_dir="x/s", db="y.duckdb").store == "y.duckdb"
+    literal = re.compile(r"['\"]store\.duckdb['\"]")
+    offenders = [str(p.relative_to(ROOT)) for d in ("prl", "prl_cli", "flows", "dashboard")
+                 for p in (ROOT / d).rglob("*.py") if literal.search(p.read_text()) and p.name != "db.py"]
+    assert offenders == []
+
+
+# ─── the warm start and the training split ─────────────────────────────────────────────────────
+
+def test_the_demo_and_a_study_share_one_warm_start():
+    from flows.config import PipelineConfig
+    from prl.studies.config import StudySettings
+    from prl.training.config import SFTConfig, WarmStart
+
+    assert StudySettings.__dataclass_fields__["warm_start"].type in ("WarmStart | None", WarmStart | None)
+    assert PipelineConfig().warm_start() == WarmStart()
+    assert PipelineConfig(seed=3, sft_steps=7).warm_start() == WarmStart(seed=3, sft_steps=7)
+    assert WarmStart().sft_config() == SFTConfig(direct_frac=WarmStart.direct_frac)
+    homes = [str(p.relative_to(ROOT)) for d in ("prl", "flows") for p in (ROOT / d).rglob("*.py")
+             if re.search(r"^(def|class) (build_tiny|run_sft)\(|build_tiny\(|run_sft\(", p.read_text(), re.M)
+             and p.parent.name != "models"]
+    assert homes == ["prl/training/sft.py"]
+
+
+def test_the_training_split_size_has_one_home():
+    from prl.data.synthetic import TRAIN_SIZE
+    from prl.training.config import SFTConfig
+
+    assert TrainConfig.train_size == SFTConfig.train_size == TRAIN_SIZE
+    offenders = [str(p.relative_to(ROOT)) for d in ("prl", "flows") for p in (ROOT / d).rglob("*.py")
+                 if re.search(r"\b20_?000\b", p.read_text().replace("response[-20000:]", ""))
+                 and p.name != "synthetic.py"]
+    assert offenders == []
+
+
+# ─── the estimator registry ────────────────────────────────────────────────────────────────────
+
+def test_the_estimator_registry_owns_names_and_constraints():
+    from prl_core import estimators
+    from prl_core.advantages import ORDERS
+    from prl_core.config import AlgorithmConfig, ConfigError
+
+    try:
+        @estimators.register("test_only", needs_group=True)
+        def test_only(rewards, group_ids, logp_old, logp_ref, mask, *, cfg, boundaries=None):
+            raise AssertionError("not called")
+
+        assert AlgorithmConfig(estimator="test_only", n_samples=2).estimator == "test_only"
+        with pytest.raises(ConfigError, match="n_samples: test_only needs a group"):
+            AlgorithmConfig(estimator="test_only", n_samples=1)
+        with pytest.raises(ConfigError, match=r"train\.n_samples: test_only needs a group"):
+            algo = AlgorithmConfig(estimator="test_only", n_samples=2)
+            algo.n_samples = 1
+            TrainConfig(model="m").validate(algo)
+    finally:
+        estimators.ESTIMATORS.pop("test_only", None)
+    with pytest.raises(ConfigError, match="unknown 'test_only'"):
+        AlgorithmConfig(estimator="test_only")
+    assert AlgorithmConfig(eta=1.0).order == ORDERS[0]
+    assert {AlgorithmConfig(eta=1.0, order=o).order for o in ORDERS} == set(ORDERS)
+    literals = [str(p.relative_to(ROOT)) for d in ("prl", "prl_core", "flows", "prl_cli", "dashboard")
+                for p in (ROOT / d).rglob("*.py")
+                if re.search(r"\(\s*['\"]grpo['\"],\s*['\"]dr_grpo['\"]|['\"]process_first['\"]\)", p.read_text())]
+    assert literals == ["prl_core/advantages.py"]
+
+
 # ─── the run manifest ──────────────────────────────────────────────────────────────────────────
 
 def test_the_eval_manifest_is_the_run_manifest_plus_its_own_keys(tmp_path):
@@ -120,6 +199,8 @@ def test_the_eval_manifest_is_the_run_manifest_plus_its_own_keys(tmp_path):
     assert set(MANIFEST_KEYS) <= set(m) and m["kind"] == "eval" and m["seed"] == 7
     assert m["config"]["n"] == 2 and m["machine"]["cores"] and m["packages"]["torch"]
     assert m["verifier"]["verdicts"] == "|".join(VERDICTS)
+    assert m["prompt"] == prompt_record()
+    assert eval_manifest(cfg, [], template={"format": "chat"})["prompt"] == prompt_record({"format": "chat"})
 
 
 def test_no_second_home_for_versions_or_git_state():

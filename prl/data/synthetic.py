@@ -133,6 +133,9 @@ def generate(split: str, n: int, *, seed: int = 0, levels: tuple[int, ...] = LEV
 
 TEST_SIZE = 400
 """Size of the held-out test split (100 problems per level)."""
+TRAIN_SIZE = 20000
+"""Training problems the embedded default draws (SFT warm start, RL prompts, ``prl data`` and the demo's
+``synth_train.jsonl``; levels in equal shares)."""
 
 
 def write_jsonl(records: list[dict], path: str | Path) -> Path:

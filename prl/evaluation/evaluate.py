@@ -1,9 +1,10 @@
 """Evaluation: benchmarks → generation → Math-Verify → store
 (docs/architecture.md §The life of an evaluation run).
 
-An evaluation run, top to bottom, as plain functions (``flows/evaluate.py`` calls the same ones,
-the chunk and shard steps as Prefect tasks; ``prl eval`` runs that flow; training's periodic
-evaluations call :func:`run_evaluation` directly):
+An evaluation run, top to bottom, as plain functions chained by :func:`run_evaluation`
+(``flows/evaluate.py`` calls it with its Prefect tasks as the run's start, chunk and shard steps;
+``prl eval`` runs that flow; training's periodic evaluations call
+:func:`run_evaluation_across_ranks`):
 
     begin_run          load problems, register the run, store leftover shard files, count what is pending
     open_engine        the engine (or a lent one) and the verifier workers, closed at the end
@@ -202,19 +203,27 @@ def end_run(run: EvalRun, log: Callable[[str], None] = print) -> dict[str, Any]:
 
 
 def run_evaluation(cfg: EvalConfig, *, progress: bool = True, engine: Engine | None = None,
-                   log: Callable[[str], None] = print) -> dict[str, Any]:
-    """The whole run in this process; returns its summary. ``engine``: a running engine serving
-    ``cfg.model`` (training lends its rollout engine; it is not closed). With ``task_runner`` other than
-    'local' the shards run here one after another (the sharded path without a task runner)."""
-    run = begin_run(cfg, log)
+                   log: Callable[[str], None] = print, begin: Callable[[EvalConfig], EvalRun] | None = None,
+                   chunk: Callable[..., dict[str, Any]] = evaluate_chunk,
+                   shard_results: Callable[..., Iterable[tuple[sh.Shard, Any]]] = sh.run_shards_here
+                   ) -> dict[str, Any]:
+    """The whole run; returns its summary. ``engine``: a running engine serving ``cfg.model`` (training
+    lends its rollout engine; it is not closed). With ``task_runner`` other than 'local' the pending problems
+    are cut into shards whose results ``shard_results(cfg, run_id, shards, directory)`` yields (by default
+    run here one after another).
+
+    The one orchestration of an evaluation: the ``evaluate`` flow (``flows/evaluate.py``) calls it with its
+    Prefect tasks as the steps: ``begin(cfg)`` (default :func:`begin_run`), ``chunk(engine, pool, cfg,
+    run_id, problems)`` (default :func:`evaluate_chunk`) and ``shard_results`` (tasks on its task runner)."""
+    run = begin(cfg) if begin is not None else begin_run(cfg, log)
     try:
         if run.pending and cfg.task_runner != "local":
             shards, directory = plan_shards(run, log)
-            store_shard_results(run, shards, sh.run_shards_here(cfg, run.run_id, shards, directory), progress, log)
+            store_shard_results(run, shards, shard_results(cfg, run.run_id, shards, directory), progress, log)
         elif run.pending:
             with open_engine(run, engine, log) as (eng, pool), progress_bar(run, progress) as bar:
-                for chunk in chunked(run.pending, cfg.chunk_problems):
-                    record_chunk(run, evaluate_chunk(eng, pool, cfg, run.run_id, chunk), bar)
+                for problems in chunked(run.pending, cfg.chunk_problems):
+                    record_chunk(run, chunk(eng, pool, cfg, run.run_id, problems), bar)
     except BaseException:
         fail_run(run)
         raise

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-from prl_core.metrics import (aggregate_bootstrap_ci, bootstrap_ci, maj_at_k, mcnemar, micro_macro,
+from prl_core.metrics import (aggregate_bootstrap_ci, average_at_k, bootstrap_ci, maj_at_k, mcnemar, micro_macro,
                               paired_bootstrap_diff, pass_at_k)
 
 from prl.data.paper import load_paper_tables, render_check
@@ -65,6 +65,12 @@ def load_run(store: Store, run_id: str) -> RunSamples:
     return run
 
 
+def _counts(rows: Sequence[list[tuple[str | None, bool]]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(c, n) per problem: its correct samples and its samples (the view ``problem_outcomes``' c and n)."""
+    return (torch.tensor([sum(ok for _, ok in s) for s in rows], dtype=torch.float64),
+            torch.tensor([len(s) for s in rows]))
+
+
 def per_problem(run: RunSamples, metric: str, k: int | None = None) -> dict[str, torch.Tensor]:
     """Per-problem values (P,) by data set for 'average', 'pass' (pass@k) or 'maj' (maj@k: the first k
     samples' answers clustered by mathematical equivalence, :func:`prl.grading.verifier.equivalent_answers`)."""
@@ -72,15 +78,9 @@ def per_problem(run: RunSamples, metric: str, k: int | None = None) -> dict[str,
     for dataset, problems in sorted(run.by_dataset.items()):
         rows = [problems[p] for p in sorted(problems)]
         if metric == "average":
-            out[dataset] = torch.tensor([sum(ok for _, ok in s) / len(s) for s in rows], dtype=torch.float64)
-        elif metric == "pass":  # vectorised per group of problems with the same number of samples
-            c = torch.tensor([sum(ok for _, ok in s) for s in rows], dtype=torch.float64)
-            n = torch.tensor([len(s) for s in rows])
-            vals = torch.empty(len(rows), dtype=torch.float64)
-            for size in n.unique().tolist():
-                sel = n == size
-                vals[sel] = pass_at_k(c[sel], int(size), k)
-            out[dataset] = vals
+            out[dataset] = average_at_k(*_counts(rows))
+        elif metric == "pass":
+            out[dataset] = pass_at_k(*_counts(rows), k)
         elif metric == "maj":
             out[dataset] = maj_at_k([[a for a, _ in s] for s in rows], [[ok for _, ok in s] for s in rows],
                                     k or min(len(s) for s in rows), equivalent=equivalent_answers)
@@ -139,8 +139,7 @@ def compare_runs(store: Store, run_a: str, run_b: str, *, k: int | None = None, 
         if not common:
             continue
         sa, sb = [a.by_dataset[d][p] for p in common], [b.by_dataset[d][p] for p in common]
-        avg_a = torch.tensor([sum(ok for _, ok in s) / len(s) for s in sa], dtype=torch.float64)
-        avg_b = torch.tensor([sum(ok for _, ok in s) / len(s) for s in sb], dtype=torch.float64)
+        avg_a, avg_b = average_at_k(*_counts(sa)), average_at_k(*_counts(sb))
         succ_a = torch.tensor([any(ok for _, ok in s[:k]) for s in sa])
         succ_b = torch.tensor([any(ok for _, ok in s[:k]) for s in sb])
         diff = paired_bootstrap_diff(avg_a, avg_b, iters=iters, seed=seed)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 from prl.data.datasets import DATASETS, DatasetError, Problem, flag_golds, load_dataset
 from prl.evaluation.config import EvalConfig, EvalError, split_spec
 from prl.generation.engines import Engine, SamplingConfig, check_model_dir, make_engine
-from prl.generation.prompts import SYSTEM_PROMPT, USER_SUFFIX
+from prl.generation.prompts import prompt_record
 from prl.grading.relevance import graded_fields, register_fit_index
 from prl.grading.verifier import VerifierSettings
 from prl.manifest import run_manifest
@@ -55,7 +55,7 @@ def eval_manifest(cfg: EvalConfig, problems: Sequence[Problem], engine_info: dic
         "sampling": cfg.sampling().to_dict(),
         "problems": counts,
         "engine": engine_info,
-        "prompt": {"system": SYSTEM_PROMPT, "user_suffix": USER_SUFFIX, "add_generation_prompt": True, **(template or {})},
+        "prompt": prompt_record(template),
         "verifier": VerifierSettings.of(cfg).manifest(),
     }
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from prl.generation.engines import ENGINE_KINDS, Engine, EngineError, SamplingConfig, check_model_dir, make_engine
 from prl.manifest import run_manifest, sha256_file
-from prl.generation.prompts import SYSTEM_PROMPT, USER_SUFFIX, build_prompt, template_record
+from prl.generation.prompts import build_prompt, prompt_record, template_record
 
 DEFAULT_MAX_TOKENS = SamplingConfig.max_tokens
 """The paper's evaluation length (``SamplingConfig``'s default)."""
@@ -174,7 +174,7 @@ def run_generate(model_dir: str | Path, prompts_file: str | Path, out_file: str 
         "generated_tokens": n_tokens,
         "engine": info,
         "sampling": sampling.to_dict(),
-        "prompt": {"system": SYSTEM_PROMPT, "user_suffix": USER_SUFFIX, **template, "add_generation_prompt": True},
+        "prompt": prompt_record(template),
         "timing": {"engine_start_s": round(start_s, 3) if own_engine else None, "generate_s": round(gen_s, 3),
                    "generated_tokens_per_s": round(n_tokens / gen_s, 1) if gen_s > 0 else None},
     }

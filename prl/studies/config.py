@@ -21,9 +21,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from prl_core.config import PRL_ONLY, AlgorithmConfig, ConfigError
+from prl_core.config import AlgorithmConfig, ConfigError
+from prl_core.estimators import PRL_ONLY
 
-from prl.training.config import RunConfig, TrainConfig, read_yaml, train_from_dict
+from prl.store.db import store_path
+from prl.training.config import RunConfig, TrainConfig, WarmStart, read_yaml, train_from_dict
 
 RUN_KEYS = ("model", "out_dir", "db", "run_id", "seed")
 """TrainConfig fields the study sets for every cell itself (where it trains, what it starts from, its seed):
@@ -45,19 +47,6 @@ class StudyEval:
 
 
 @dataclass(frozen=True)
-class WarmStart:
-    """The study's starting model on the embedded default: the tiny model built from a seed and warm-started
-    by SFT, once for the whole study (cells then differ only in what the grid says)."""
-
-    sft_steps: int = 600
-    """Warm-start SFT steps (``prl model sft``)."""
-    direct_frac: float = 0.5
-    """Share of warm-start solutions written without the working (``SFTConfig.direct_frac``)."""
-    seed: int = 0
-    """Seed of the model's initialisation and of the warm start (the same for every cell)."""
-
-
-@dataclass(frozen=True)
 class StudySettings:
     """The ``study:`` section."""
 
@@ -75,13 +64,14 @@ class StudySettings:
     """Cells that train at once (a Prefect concurrency limit). 1 on CPU: two trainers on 2 cores oversubscribe
     OpenMP and run far slower than one after the other."""
     warm_start: WarmStart | None = None
-    """Build and warm-start the embedded tiny model as the base model (instead of base.train.model)."""
+    """Build and warm-start the embedded tiny model as the base model (instead of base.train.model), once for
+    the whole study (cells then differ only in what the grid says): ``prl.training.config.WarmStart``."""
     eval: StudyEval = field(default_factory=StudyEval)
     """How the cells are evaluated."""
 
     @property
     def store(self) -> str:
-        return self.db or str(Path(self.out_dir) / "store.duckdb")
+        return store_path(self.out_dir, self.db)
 
 
 @dataclass(frozen=True)

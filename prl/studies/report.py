@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from prl_core.metrics import bootstrap_ci, paired_bootstrap_diff, pass_at_k, seed_ci
+from prl_core.metrics import average_at_k, bootstrap_ci, paired_bootstrap_diff, pass_at_k, seed_ci
 
 from prl.evaluation.report import ReportError
 from prl.store.db import Store
@@ -48,9 +48,7 @@ def _metric(problems: dict[tuple[str, str], tuple[int, int]], keys: list[tuple[s
     """Per-problem value (P,) on ``keys``: average@n (k None) or pass@k."""
     n = torch.tensor([problems[p][0] for p in keys])
     c = torch.tensor([problems[p][1] for p in keys], dtype=torch.float64)
-    if k is None:
-        return c / n
-    return torch.stack([pass_at_k(c[i:i + 1], int(n[i]), k)[0] for i in range(len(keys))]) if keys else c
+    return average_at_k(c, n) if k is None else pass_at_k(c, n, k)
 
 
 def _ci_row(cell: str, metric: str, per_seed: dict[int, torch.Tensor]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,6 +20,7 @@ from prl_core.config import ConfigError
 from prl.manifest import run_manifest
 from prl.store.db import Store
 from prl.studies.config import Cell, Study
+from prl.training.config import WarmStart
 
 
 def register_study(study: Study) -> Store:
@@ -65,31 +67,21 @@ def _alive(pid: int | None) -> bool:
 def _identity(config: dict[str, Any]) -> str:
     """What must not change between runs of one study: the cells, the base, the seeds and the evaluation."""
     s = config.get("study", {})
+    ws = s.get("warm_start")
+    ws = None if ws is None else {**asdict(WarmStart()), **ws}  # a study stored before a field was added
     return json.dumps({"cells": config.get("cells"), "base": config.get("base"), "seeds": s.get("seeds"),
-                       "eval": s.get("eval"), "warm_start": s.get("warm_start")}, sort_keys=True, default=str)
+                       "eval": s.get("eval"), "warm_start": ws}, sort_keys=True, default=str)
 
 
 def base_model(study: Study, log: Callable[[str], None] = print) -> str:
     """The model every cell starts from: base.train.model, or the embedded tiny model warm-started once
-    for the study (reused when its report exists)."""
+    for the study (``prl.training.sft.warm_start``; reused when its report exists)."""
     ws = study.settings.warm_start
     if ws is None:
         return study.cells[0].run.train.model
-    from prl.models.tiny import build_tiny
-    from prl.training.sft import SFTConfig, run_sft
+    from prl.training.sft import warm_start
 
-    root = Path(study.settings.out_dir) / "models"
-    tiny, warm = root / "tiny", root / "tiny-sft"
-    if not (tiny / "prl_model.json").exists():
-        build_tiny(tiny, seed=ws.seed)
-        log(f"study {study.id}: tiny model built from seed {ws.seed}: {tiny}")
-    if not (warm / "sft_report.json").exists():
-        report = run_sft(str(tiny), warm, SFTConfig(steps=ws.sft_steps, seed=ws.seed, direct_frac=ws.direct_frac),
-                         log=log)
-        log(f"study {study.id}: warm start held-out accuracy greedy {report['accuracy_after_greedy']:.3f}")
-    else:
-        log(f"study {study.id}: warm start {warm} exists, reused")
-    return str(warm)
+    return warm_start(Path(study.settings.out_dir) / "models", ws, log=lambda msg: log(f"study {study.id}: {msg}"))
 
 
 def job_finished(store: Store, study: Study, cell: Cell, seed: int) -> bool:

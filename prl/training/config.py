@@ -11,8 +11,10 @@ from typing import Any
 import yaml
 
 from prl_core.config import AlgorithmConfig, ConfigError
+from prl_core.estimators import group_size_error
 from prl_core.logprobs import DEFAULT_CHUNK_TOKENS
 
+from prl.data.synthetic import TRAIN_SIZE
 from prl.grading.verifier import VerifierSettings
 from prl.options import add_config_arguments, config_kwargs, include_fields
 from prl.store.db import DEFAULT_STORE
@@ -40,7 +42,7 @@ class TrainConfig:
     """Prompts per step (the paper: 128); each gets algorithm.n_samples responses."""
     train_data: str = "synth_train"
     """'synth_train' (the synthetic task's training split) or a .jsonl/.parquet file with problem and answer."""
-    train_size: int = 20000
+    train_size: int = TRAIN_SIZE
     """Problems drawn from the synthetic training split."""
     max_tokens: int = 96
     """Max response tokens per rollout (the paper: 3072)."""
@@ -180,8 +182,9 @@ class TrainConfig:
             fail("rollout_kv_cache_gib", "only the 'vllm' engine has a KV cache pool; remove it or use engine: vllm")
         if self.rollout_sleep_level not in (0, 1, 2):
             fail("rollout_sleep_level", f"expected 0 (off), 1 or 2, got {self.rollout_sleep_level!r}")
-        if algo.estimator != "raft" and algo.n_samples < 2:
-            fail("n_samples", f"the {algo.estimator} estimator needs groups of >= 2 responses (algorithm.n_samples)")
+        small = group_size_error(algo.estimator, algo.n_samples)
+        if small:
+            fail("n_samples", f"{small} (algorithm.n_samples)")
 
     def needs_reference(self, algo: AlgorithmConfig) -> bool:
         """Whether the run loads the frozen reference: its estimator reads it (PRL), a KL loss does, or kl/ref is
@@ -282,7 +285,7 @@ class SFTConfig:
     """Linear warm-up steps before cosine decay to 10% of the peak."""
     weight_decay: float = 0.01
     """AdamW weight decay."""
-    train_size: int = 20000
+    train_size: int = TRAIN_SIZE
     """Distinct training problems (levels in equal shares)."""
     eval_size: int = 200
     """Held-out test problems for the before/after accuracy."""
@@ -306,3 +309,39 @@ class SFTConfig:
                               f"working), got {self.direct_frac}")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
             raise ConfigError(f"threads: expected an integer >= 0 (0: torch's default), got {self.threads!r}")
+
+
+WARM_START_BASE = "tiny"
+"""Under a models directory: the tiny model the warm start starts from (its marker: ``prl_model.json``)."""
+WARM_START_MODEL = "tiny-sft"
+"""Under a models directory: the warm-started model (its marker: ``sft_report.json``)."""
+WARM_START_MARKERS = {WARM_START_BASE: "prl_model.json", WARM_START_MODEL: "sft_report.json"}
+"""The file each stage writes last: a stage whose marker exists is complete."""
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """The embedded default's starting model, one definition for ``prl demo`` (``flows.pipeline``) and a
+    study's ``warm_start:``: the tiny model built from ``seed`` (``<models>/tiny``), then warm-started by
+    SFT on the synthetic task (``<models>/tiny-sft``, :class:`SFTConfig` with these settings) with a share of
+    solutions written without the working, so that the warm start often answers directly and RL has a
+    behaviour to learn (show the working). ``prl model sft`` runs the same SFT on any model from
+    :class:`SFTConfig` (whose ``direct_frac`` defaults to 0). Built by ``prl.training.sft.warm_start``."""
+
+    sft_steps: int = SFTConfig.steps
+    """Warm-start SFT steps (~4 min on 2 cores; ``SFTConfig.steps``)."""
+    direct_frac: float = 0.5
+    """Share of warm-start training solutions written without the working (``SFTConfig.direct_frac``); 0 gives
+    a warm start that always shows it."""
+    sft_eval_size: int = SFTConfig.eval_size
+    """Held-out problems the warm start is scored on, greedy before and greedy and sampled after
+    (``SFTConfig.eval_size``)."""
+    seed: int = 0
+    """Seed of the model's initialisation and of the warm start."""
+
+    def __post_init__(self):
+        self.sft_config()  # SFTConfig's checks, before any work starts
+
+    def sft_config(self) -> SFTConfig:
+        return SFTConfig(steps=self.sft_steps, eval_size=self.sft_eval_size, seed=self.seed,
+                         direct_frac=self.direct_frac)

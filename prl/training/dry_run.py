@@ -17,7 +17,8 @@ For a config such as ``configs/train/paper_qwen2.5_math_1.5b.yaml`` it resolves 
 - the chat template and the prompt it renders for a benchmark problem, and how the tokenizer splits a
   sample solution into steps under the config's ``step_split`` (and under ``text:\\n\\n`` for
   comparison): the token boundaries are computed exactly as training computes them
-  (ids decoded one by one, :func:`prl_core.steps.step_boundaries`).
+  (:func:`prl.training.segments.split_boundaries`: ids decoded one by one, then
+  :func:`prl_core.steps.step_boundaries`).
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ from typing import Any
 import torch
 
 from prl_core.config import ConfigError
-from prl_core.steps import parse_split, step_boundaries
+from prl_core.steps import segment_bounds
 
 from prl.data.datasets import load_dataset
 from prl.generation.prompts import build_prompt, template_record
 from prl.training.config import RunConfig
 from prl.training import memory as mem
 from prl.training.distributed import ds_config
+from prl.training.segments import split_boundaries, token_texts
 
 GIB = 1024 ** 3
 SAMPLE_DATASET = "math500"
@@ -149,19 +151,13 @@ def memory_estimate(total: int, largest: int, *, stage: int, gpus_per_node: int,
 
 
 def step_preview(tokenizer, text: str, split: str) -> list[dict[str, Any]]:
-    """The steps ``split`` makes of ``text`` as training sees it: token ids decoded one by one, boundaries
-    from :func:`prl_core.steps.step_boundaries`; one dict (first/last token, tokens, text) per step."""
+    """The steps ``split`` makes of ``text`` as training sees it (:func:`prl.training.segments.split_boundaries`,
+    :func:`prl_core.steps.segment_bounds`); one dict (first/last token, tokens, text) per step."""
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    texts = [tokenizer.decode([i]) for i in ids]
-    mask = torch.ones(1, len(ids), dtype=torch.bool)
-    sp = parse_split(split)
-    bounds = step_boundaries(mask, sp, [texts] if sp.kind == "text" else None)[0].nonzero().flatten().tolist()
-    steps, start = [], 0
-    for end in bounds:
-        steps.append({"first_token": start, "last_token": end, "tokens": end - start + 1,
-                      "boundary_token": texts[end], "text": "".join(texts[start:end + 1])})
-        start = end + 1
-    return steps
+    texts = token_texts(tokenizer, ids)
+    bounds = split_boundaries(tokenizer, [ids], torch.ones(1, len(ids), dtype=torch.bool), split)[0]
+    return [{"first_token": start, "last_token": end, "tokens": end - start + 1, "boundary_token": texts[end],
+             "text": "".join(texts[start:end + 1])} for start, end in segment_bounds(bounds)]
 
 
 def sample_problem() -> tuple[int, str, str]:

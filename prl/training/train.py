@@ -59,7 +59,7 @@ from prl_core.advantages import suffix_sums
 from prl_core.config import ConfigError
 from prl_core.estimators import compute_advantages, get_estimator
 from prl_core.losses import kl_penalty, masked_mean, ppo_clip_loss, sft_loss
-from prl_core.steps import parse_split, step_boundaries
+from prl_core.steps import parse_split, segment_bounds
 
 from prl import logs
 from prl.data import synthetic
@@ -75,6 +75,7 @@ from prl.training import checkpoints as exports
 from prl.training import distributed as dist
 from prl.training import resume as save_resume
 from prl.training.resume import CheckpointError, check_fresh_start
+from prl.training.segments import split_boundaries, token_texts
 from prl.training.batches import LogProbs, MicroBatch, Rollouts, micro_batch, pack, split_rows
 from prl.training.config import RunConfig, TrainConfig, add_run_arguments, run_config_from_args
 from prl.training.forward import response_logprobs
@@ -317,8 +318,7 @@ class Trainer:
         """Step boundaries (B, T) for text splits (they need token texts); None otherwise."""
         if parse_split(self.split).kind != "text":
             return None
-        texts = [[self.tokenizer.decode([int(t)]) for t in row[m]] for row, m in zip(r.response_ids, r.mask)]
-        return step_boundaries(r.mask, self.split, texts)
+        return split_boundaries(self.tokenizer, r.response_ids, r.mask, self.split)
 
     def advantages(self, r: Rollouts, lp: LogProbs) -> torch.Tensor:
         """ρ (B, T): each response token's weight in the policy loss from the config's estimator (PRL's
@@ -466,19 +466,12 @@ class Trainer:
         if k == 0:
             return []
         m = r.mask[:k]
-        b = self.boundaries(r)
-        b = b[:k] if b is not None else step_boundaries(m, self.split if self.estimator.uses_steps else "token")
+        b = split_boundaries(self.tokenizer, r.response_ids[:k], m, self.split if self.estimator.uses_steps else "token")
         S = suffix_sums((lp.old[:k] - lp.ref[:k]).double(), m) if lp.ref is not None else None
-        rows = []
-        for i in range(k):
-            start = 0
-            for j, end in enumerate(torch.nonzero(b[i]).flatten().tolist()):
-                rows.append({"run_id": self.run_id, "step": self.step_no, "rollout_idx": i, "segment_idx": j,
-                             "start_tok": start, "end_tok": end,
-                             "kl_to_go": float(S[i, end]) if S is not None else None,
-                             "rho": float(rho[i, end])})
-                start = end + 1
-        return rows
+        return [{"run_id": self.run_id, "step": self.step_no, "rollout_idx": i, "segment_idx": j,
+                 "start_tok": start, "end_tok": end, "kl_to_go": float(S[i, end]) if S is not None else None,
+                 "rho": float(rho[i, end])}
+                for i in range(k) for j, (start, end) in enumerate(segment_bounds(b[i]))]
 
     def inspected_rollouts(self, r: Rollouts) -> list[dict[str, Any]]:
         """The rollouts whose segments are logged, with each response token's text (for the dashboard)."""
@@ -486,7 +479,7 @@ class Trainer:
         return [{"run_id": self.run_id, "step": self.step_no, "rollout_idx": i,
                  "problem": self.problems[r.prompt_index[i]]["problem"], "gold": r.golds[i], "response": r.texts[i],
                  "reward": float(r.rewards[i]),
-                 "tokens": [self.tokenizer.decode([int(t)]) for t in r.response_ids[i][r.mask[i]]]}
+                 "tokens": token_texts(self.tokenizer, r.response_ids[i][r.mask[i]])}
                 for i in range(k)]
 
     # ---- 3h. one step ----------------------------------------------------------------------------

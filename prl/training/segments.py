@@ -1,0 +1,28 @@
+"""A tokenizer's view of steps, shared by the trainer (step boundaries, the stored ``prl_segments`` and
+``train_rollouts`` rows) and the dry run's step preview: each response token decoded on its own, and
+the step boundaries of a split (``text:`` splits read those token texts; docs/architecture.md §Steps).
+The segments of a boundary row are :func:`prl_core.steps.segment_bounds`."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+
+from prl_core.steps import StepSplit, parse_split, step_boundaries
+
+
+def token_texts(tokenizer, ids: Iterable[int] | torch.Tensor) -> list[str]:
+    """Each token id decoded on its own, as ``text:`` splits and the dashboard's token view read them."""
+    return [tokenizer.decode([int(t)]) for t in ids]
+
+
+def split_boundaries(tokenizer, response_ids: torch.Tensor | Sequence[Sequence[int]], mask: torch.Tensor,
+                     split: str | StepSplit) -> torch.Tensor:
+    """Step boundaries (B, T) of ``split`` over response token ids (B, T) and their mask; a ``text:`` split
+    decodes each row's response tokens (:func:`token_texts`)."""
+    sp = parse_split(split)
+    texts = None
+    if sp.kind == "text":
+        texts = [token_texts(tokenizer, torch.as_tensor(row)[m]) for row, m in zip(response_ids, mask)]
+    return step_boundaries(mask, sp, texts)
