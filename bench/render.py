@@ -22,6 +22,7 @@ import argparse
 import json
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Callable
 
@@ -1048,17 +1049,40 @@ def region_smollm2_train(res: Results) -> str:
     return "\n".join(lines)
 
 
+def region_verifier_forms(res: Results) -> str:
+    v = res.get("verifier_forms")
+    if v is None:
+        return missing("verifier_forms", "python bench/verifier_forms.py")
+    flagged = v["flagged_golds"]
+    lines = [f"Every one of the {v['golds']:,} bundled golds written back as a response in equivalent forms, "
+             f"{v['responses']:,} responses, verified by `VerifierPool` ({v['workers']} workers, {v['wall_s']:.0f} s); "
+             f"{machine_detail(v['machine'])}. Every response is correct by construction. A form is run only on the "
+             f"golds it changes (and `x = …`/`f(1) = …` only on single answers without that variable).", ""]
+    rows = []
+    for name, f in v["forms"].items():
+        unflagged = [x["id"] for x in f["failing_unflagged"]]
+        others = len(f["failing_ids"]) - len(unflagged)
+        fail = ", ".join(f"`{i}`" for i in unflagged) or "—"
+        if others:
+            fail += f" (+{others} flagged gold{'s' if others > 1 else ''})"
+        rows.append([f"`{name}`", f"{f['passed']:,} / {f['applicable']:,}", fail])
+    lines += table(["form", "passed / run", "failing (golds not flagged by `gold_flag`)"], rows)
+    lines += ["", f"{len(flagged)} golds are flagged by `gold_flag` (Math-Verify does not read them whole: "
+                  f"{', '.join(f'{k} {n}' for k, n in sorted(Counter(flagged.values()).items()))})."]
+    return "\n".join(lines)
+
+
 REGIONS: dict[str, Callable[[Results], str]] = {
     "status": region_status, "demo": region_demo, "performance": region_performance, "reliability": region_reliability,
     "summary": region_summary, "advantages": region_advantages, "generation": region_generation, "verify": region_verify,
     "store": region_store, "store_10m": region_store_10m, "relevance": region_relevance, "external": region_external, "train_step": region_train_step,
     "dashboard": region_dashboard, "load": region_load, "faults": region_faults, "real_model": region_real_model,
     "study": region_study, "peers": region_peers, "suite": region_suite, "suite_time": region_suite_time,
-    "memory": region_memory, "smollm2_train": region_smollm2_train,
+    "memory": region_memory, "smollm2_train": region_smollm2_train, "verifier_forms": region_verifier_forms,
 }
 EXPECTED = {
     "README.md": ("suite_time", "status", "demo", "performance", "reliability", "external", "study", "smollm2_train"),
-    "bench/RESULTS.md": ("summary", "advantages", "generation", "real_model", "verify", "store", "store_10m", "relevance",
+    "bench/RESULTS.md": ("summary", "advantages", "generation", "real_model", "verify", "verifier_forms", "store", "store_10m", "relevance",
                          "external", "train_step", "dashboard", "load", "faults", "study", "peers", "suite", "memory",
                          "smollm2_train"),
 }

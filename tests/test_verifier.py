@@ -44,10 +44,11 @@ def test_gold_cache_keeps_parsed_golds_and_changes_no_verdict():
     cache: dict = {}
     cached = [verify_one(r, g, gold_cache=cache).verdict for r, g in CASES + CASES]
     assert cached == [verify_one(r, g).verdict for r, g in CASES + CASES]
-    assert set(cache) == {"4.5 \\times 10^{33}", "0.5", "2"}  # unparsable golds are not kept
+    # unparsable golds are not kept, nor golds only ever answered as written (the identity rule parses nothing)
+    assert set(cache) == {"0.5", "2"}
     # The cache is what is consulted: a gold whose kept parse is "3" now accepts 3.
     seeded: dict = {}
-    verify_one("\\boxed{3}", "3", gold_cache=seeded)  # parses the gold "3"
+    verify_one("\\boxed{3.0}", "3", gold_cache=seeded)  # parses the gold "3" (an answer written as the gold would not)
     cache["2"] = seeded["3"]
     assert verify_one("\\boxed{3}", "2", gold_cache=cache).verdict == "correct"
 
@@ -186,3 +187,131 @@ def test_an_answer_tag_without_a_box_is_the_answer():
     # a tag whose content is no answer is no answer, whatever numbers the reasoning has
     assert verify_one("so x = 0.35625 </think> <answer> Yes, the answer is correct. </answer>", ".35625").verdict == "no_answer"
     assert verify_one("\\boxed{3} then <answer>4</answer>", "3").verdict == "correct"  # a box wins over a tag
+
+
+# ─── issue 28 item 7: outside cases and the equivalent-forms hunt (bench/verifier_forms.py) ─────
+
+def test_an_answer_written_as_the_gold_is_correct_even_when_it_is_no_number():
+    """A clock time and ``\\frac{1}{0}`` parse to ``zoo``; Math-Verify's comparison of two ``zoo`` raises, so
+    with ``raise_on_error=True`` the answer identical to the gold got ``error``. Policy: an answer (box or
+    tag content) equal to the gold once spaces and ``$`` are dropped is correct without Math-Verify."""
+    from math_verify import parse, verify
+
+    from prl.grading.verifier import equivalent_answers
+
+    with pytest.raises(ValueError):
+        verify(parse("\\boxed{12:00}"), parse("\\boxed{12:00}"), raise_on_error=True)  # what gave `error`
+    for response, gold in (("\\boxed{12:00}", "12:00"), ("\\boxed{\\frac{1}{0}}", "\\frac{1}{0}"),
+                           ("<answer>12 : 00</answer>", "12:00"), ("\\boxed{58, 500}", "58,500"),
+                           ("\\boxed{90^{\\circ},60^{\\circ}}", "90^{\\circ}$,$60^{\\circ}")):
+        v = verify_one(response, gold)
+        assert (v.verdict, v.detail) == ("correct", "the answer is written as the gold"), (response, gold)
+    # spaces do not count in TeX math, except the one a command needs before a letter
+    assert verify_one("\\boxed{\\pir}", "\\pi r").detail != "the answer is written as the gold"
+    assert equivalent_answers("12:00", "12 : 00")
+
+
+def test_a_comparison_that_raises_does_not_hide_one_that_passes():
+    """Math-Verify's verify stops at the first (gold, answer) pair that raises, before its string pair.
+    Policy: every pair is tried, strings first; a raising pair never hides a passing one; when none
+    passes but some pair was compared, the answer is wrong and the detail names the error; ``error``
+    only when no pair could be compared at all."""
+    from math_verify import parse
+
+    from prl.grading.verifier import compare
+
+    assert compare(parse("\\boxed{12:00}"), parse("$12:00$"), 5) == (True, "")
+    for response, gold in (("The meeting is at $12:00$.", "12:00"), ("\\boxed{\\dfrac{1}{0}}", "\\frac{1}{0}")):
+        assert verify_one(response, gold).verdict == "correct", response  # not written as the gold: compared
+    for response, gold in (("\\boxed{11:00}", "12:00"), ("\\boxed{\\frac{2}{0}}", "\\frac{1}{0}")):
+        v = verify_one(response, gold)
+        assert v.verdict == "wrong" and "could not compare them as math (ValueError" in v.detail, v
+    zoo = parse("\\boxed{\\frac{1}{0}}")[:1]  # no string reading: nothing can be compared
+    with pytest.raises(ValueError):
+        compare(zoo, zoo, 5)
+
+
+def test_a_gold_with_mathrm_e_is_read_whole():
+    """``1 - \\frac{1}{\\mathrm{e}}``: Math-Verify turns ``\\mathrm`` into ``\\text`` and its unit stripping cuts
+    ``\\text{e}}`` off the end, leaving ``1 - \\frac{1}{``. Policy: an upright single letter is the letter,
+    in golds and answers alike (``e`` is then Euler's number)."""
+    from math_verify import parse
+
+    assert parse("\\boxed{1 - \\frac{1}{\\mathrm{e}}}") == ["1 - \\frac{1}{"]  # the truncated gold
+    assert verify_one("\\boxed{1-\\frac{1}{e}}", "1 - \\frac{1}{\\mathrm{e}}").verdict == "correct"
+    assert verify_one("\\boxed{1-\\frac{1}{{\\rm e}}}", "1 - \\frac{1}{\\mathrm{e}}").verdict == "correct"
+    assert verify_one("\\boxed{1-\\frac{1}{\\mathrm{e}}}", "1-\\frac{1}{e}").verdict == "correct"
+    assert verify_one("\\boxed{\\mathrm{e}^{t} / 3}", "e^{t} / 3").verdict == "correct"
+    assert verify_one("\\boxed{1-\\frac{2}{e}}", "1 - \\frac{1}{\\mathrm{e}}").verdict == "wrong"
+
+
+def test_a_named_value_is_no_side_of_unequal_sides():
+    """``C(8, 2) = 28`` (tests/data/external MATH-500 row 207, in an answer tag) and ``f(2) = 7``: an
+    undefined function applied to numbers has no free symbols, so the unequal-sides rule compared
+    ``C(8, 2)`` with 28 and scored them wrong; Math-Verify alone passes them. Policy: a side with a
+    variable or an undefined function names the value and is not compared."""
+    from math_verify import parse, verify
+
+    for response, gold in (("\\boxed{C(8, 2) = 28}", "28"), ("\\boxed{f(2) = 7}", "7"), ("<answer> C(8, 2) = 28 </answer>", "28")):
+        assert verify(parse("\\boxed{" + gold + "}"), parse(response))  # Math-Verify alone passes it
+        assert verify_one(response, gold).verdict == "correct", response
+    v = verify_one("\\boxed{f(2) = 7 = 8}", "8")  # the numeric sides still have to agree
+    assert v.verdict == "wrong" and "chain of unequal sides" in v.detail
+    assert verify_one("\\boxed{C(8, 2) = 27}", "28").verdict == "wrong"
+
+
+def test_the_unequal_sides_detail_names_what_was_examined():
+    """The rule examines the answer as given (box, else answer tag, else what Math-Verify read from the
+    text) and its detail says which; it said "boxed" for all three."""
+    for response, source in (("\\boxed{1 = 2}", "the boxed answer '1 = 2'"),
+                             ("<answer>x = 3 = 2</answer>", "the answer tag's content 'x = 3 = 2'"),
+                             ("Therefore $1 = 2$.", "the answer Math-Verify read from the response (no box, no answer tag) '1 = 2'")):
+        v = verify_one(response, "2")
+        assert v.verdict == "wrong" and v.detail.startswith(source + " is a chain of unequal sides"), v
+
+
+def test_an_answers_symbols_take_the_golds_assumptions():
+    """bench/verifier_forms.py, spaces_removed: Math-Verify makes every symbol non-real when a standalone
+    ``i`` appears (``3+3 i``) and real otherwise (``3+3i``), and sympy's two ``i`` differ, so minerva #85,
+    #87 and #108 failed written without spaces. Policy: an answer's symbol named like a gold's is the gold's."""
+    for response, gold in (("\\boxed{3 + 3i}", "3+3 i"), ("\\boxed{\\frac{e^{2it}}{2+2i}}", "\\frac{e^{2 i t}}{(2+2 i)}"),
+                           ("\\boxed{\\frac{4A}{3+3i}e^{it}}", "\\frac{4 A}{3+3 i} e^{i t}")):
+        assert verify_one(response, gold).verdict == "correct", response
+    assert verify_one("\\boxed{3+4i}", "3+3 i").verdict == "wrong"
+
+
+def test_a_text_subscript_is_the_plain_subscript():
+    """minerva #139 ``\\lambda_{\\text {red}} / \\sqrt{2}``: ``\\lambda_{red}`` and ``\\lambda_{\\mathrm{red}}`` were
+    other symbols. Policy: a subscript in ``\\text``/``\\mathrm`` is the plain subscript."""
+    gold = "\\lambda_{\\text {red}} / \\sqrt{2}"
+    for response in ("\\boxed{\\lambda_{red} / \\sqrt{2}}", "\\boxed{\\lambda_{\\mathrm{red}}/\\sqrt{2}}"):
+        assert verify_one(response, gold).verdict == "correct", response
+    assert verify_one("\\boxed{\\lambda_{blue} / \\sqrt{2}}", gold).verdict == "wrong"
+
+
+def test_an_answer_stated_as_a_definition_is_its_value():
+    """bench/verifier_forms.py, x_prefix: ``x = \\text{east}`` and ``x = m`` failed where ``x = 5`` passes,
+    because Math-Verify's unit stripping cuts the value (``x =``). Policy: against a gold that is no
+    equation, ``name = value`` is also read as its value."""
+    for response, gold in (("\\boxed{x = \\text{east}}", "\\text{east}"), ("\\boxed{x = m}", "m"),
+                           ("\\boxed{x = \\text{(C)}}", "\\text{(C)}"),
+                           ("\\boxed{f(1) = \\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)")):
+        assert verify_one(response, gold).verdict == "correct", response
+    for response, gold in (("\\boxed{x = \\text{west}}", "\\text{east}"), ("\\boxed{x = n}", "m"), ("\\boxed{y = 3x}", "y = 2x"),
+                           ("\\boxed{x = 1 = m}", "m")):
+        assert verify_one(response, gold).verdict == "wrong", response
+
+
+def test_every_bundled_gold_passes_written_back_in_equivalent_forms():
+    """bench/verifier_forms.py on the first golds of each benchmark (the full run is the bench): every form
+    of a gold that Math-Verify reads whole passes; the run's results file records the rest."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import verifier_forms
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    res = verifier_forms.main(["--limit", "12"])
+    failing = {form: f["failing_ids"] for form, f in res["forms"].items() if f["failing_ids"]}
+    assert set(res["forms"]) >= {"verbatim", "answer_tag", "x_prefix", "definition", "spaces_removed", "frac_swap"}
+    assert not {form: [i for i in ids if i not in res["flagged_golds"]] for form, ids in failing.items()
+                if any(i not in res["flagged_golds"] for i in ids)}

@@ -12,6 +12,24 @@ worker processes. :class:`VerifierPool` adds what Math-Verify cannot: a hard wal
 per worker (``RLIMIT_AS``; an item that exhausts it is scored ``error``), and a cache keyed on
 (extracted answer string, normalised gold). One poisoned response costs its own verdict only.
 No code path evaluates response text.
+
+Where the verifier departs from Math-Verify alone (docs/architecture.md §Verdicts and Math-Verify,
+each case tested in tests/test_verifier.py; bench/verifier_forms.py measures them on the 1,517
+bundled golds written in equivalent forms):
+
+- **Written as the gold**: an answer (the box's or the tag's content) that equals the gold once
+  spaces and ``$`` are dropped is ``correct`` without asking Math-Verify (spaces do not count in
+  TeX math; one a command needs before a letter, ``\\cdot x``, is kept). ``12:00`` and
+  ``\\frac{1}{0}`` parse to ``zoo``, whose comparison raises.
+- **Every comparison tried** (:func:`compare`): string readings first, a comparison that raises does
+  not hide a later one that passes; ``error`` only when all raise and none passes.
+- **Both sides rewritten alike** (:func:`canonical_latex`): an upright single letter (``\\mathrm{e}``)
+  is the letter, a text subscript (``\\lambda_{\\text{red}}``) the plain one.
+- **An answer's symbols take the gold's assumptions** when they share a name (``3+3 i`` ≡ ``3+3i``).
+- **Definitions** (``x = \\text{east}``, ``f(1) = 7``): against a gold that is no equation, the value
+  is read on its own where the whole did not match (:func:`_assigned_value`).
+- **Passes that are not** (:func:`false_pass`): exact numbers must be equal exactly; an answer whose
+  numeric sides differ (``1 = 2``) is wrong. Names (``x``, ``C(8, 2)``, ``f(2)``) are not compared.
 """
 
 from __future__ import annotations
@@ -112,7 +130,7 @@ def verify_one(response: str, gold: str, *, timeout_s: int = VerifierSettings.ve
     one). A problem's n samples share one gold, and parsing a benchmark gold is most of the cost
     of a short answer (bench/verify.py: 62%); only successful parses are kept.
     """
-    from math_verify import parse, verify
+    from math_verify import parse
     from math_verify.errors import TimeoutException
 
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int) or timeout_s < 1:
@@ -123,10 +141,12 @@ def verify_one(response: str, gold: str, *, timeout_s: int = VerifierSettings.ve
     def done(verdict: str, detail: str = "") -> Verdict:
         return Verdict(verdict, extracted, gold, (time.perf_counter() - t0) * 1e3, detail)
 
+    if extracted is not None and _squash(extracted) and _squash(extracted) == _squash(gold):
+        return done("correct", "the answer is written as the gold")
     gold_parsed = gold_cache.get(gold) if gold_cache is not None else None
     if gold_parsed is None:
         try:
-            gold_parsed = parse("\\boxed{" + gold + "}", parsing_timeout=timeout_s, raise_on_error=True)
+            gold_parsed = parse("\\boxed{" + canonical_latex(gold) + "}", parsing_timeout=timeout_s, raise_on_error=True)
         except TimeoutException:
             return done("gold_unparsable", "gold parse timed out")
         except Exception as e:  # noqa: BLE001 - reported, never raised
@@ -138,9 +158,12 @@ def verify_one(response: str, gold: str, *, timeout_s: int = VerifierSettings.ve
                 gold_cache.pop(next(iter(gold_cache)))  # oldest first
             gold_cache[gold] = gold_parsed
     # an <answer> tag without a box is the answer: Math-Verify alone would read the last number anywhere
-    tagged = extracted is not None and last_boxed(response) is None
+    boxed = last_boxed(response) is not None
+    tagged = extracted is not None and not boxed
+    source = "the boxed answer" if boxed else "the answer tag's content" if tagged else \
+        "the answer Math-Verify read from the response (no box, no answer tag)"
     try:
-        pred = parse(extracted if tagged else response, parsing_timeout=timeout_s, raise_on_error=True)
+        pred = parse(canonical_latex(extracted if tagged else response), parsing_timeout=timeout_s, raise_on_error=True)
     except TimeoutException:
         return done("timeout", "answer parse timed out")
     except Exception as e:  # noqa: BLE001
@@ -149,17 +172,121 @@ def verify_one(response: str, gold: str, *, timeout_s: int = VerifierSettings.ve
         return done("no_answer")
     if extracted is None:
         extracted = str(pred[-1]).strip("*_ ").rstrip(".").strip("*_ ")  # "**73**." (markdown bold) → "73"
+    ok, used, error, raised = False, pred, None, ""
     try:
-        ok = verify(gold_parsed, pred, timeout_seconds=timeout_s, raise_on_error=True)
+        ok, raised = compare(gold_parsed, pred, timeout_s)
     except TimeoutException:
         return done("timeout", "verify timed out")
-    except Exception as e:  # noqa: BLE001
-        return done("error", f"{type(e).__name__}: {e}"[:300])
+    except Exception as e:  # noqa: BLE001 - every comparison raised and none passed
+        error = e
+    value = None if ok else _assigned_value(extracted, gold)
+    if value is not None:
+        try:
+            rhs = parse("\\boxed{" + canonical_latex(value) + "}", parsing_timeout=timeout_s, raise_on_error=True)
+            if rhs and compare(gold_parsed, rhs, timeout_s)[0]:
+                ok, used, error = True, rhs, None
+        except TimeoutException:
+            return done("timeout", "verify timed out")
+        except Exception:  # noqa: BLE001 - the value alone does not match either: the whole's verdict stands
+            pass
+    if error is not None:
+        return done("error", f"{type(error).__name__}: {error}"[:300])
     if ok:
-        why = false_pass(extracted, gold_parsed, pred)
+        why = false_pass(extracted, gold_parsed, used, source=source)
         if why:
             return done("wrong", why)
-    return done("correct" if ok else "wrong")
+        return done("correct")
+    return done("wrong", f"not equal as written; Math-Verify could not compare them as math ({raised})" if raised else "")
+
+
+def compare(gold_parsed: list, pred: list, timeout_s: int | None) -> tuple[bool, str]:
+    """Whether any (gold, answer) reading pair is equal by Math-Verify, each pair compared on its own;
+    and, when none is, why some pairs could not be compared ("" when all were).
+
+    Math-Verify's ``verify`` with ``raise_on_error=True`` stops at the first pair that raises
+    (``12:00`` and ``\\frac{1}{0}`` parse to ``zoo``, whose comparison raises) and never reaches its
+    string comparison; here the string pairs go first and a pair that raises does not hide a later
+    one that passes. When no pair passes, the first error is raised if no pair could be compared at
+    all; if some pair was compared (the strings differ), the answer is not equal and the error is
+    returned for the verdict's detail. A timeout stops the comparison (the time is spent). Symbols
+    of the answer named like the gold's take the gold's assumptions: Math-Verify makes every symbol
+    non-real when the text has a standalone ``i`` (``3+3 i``) and real otherwise (``3+3i``), and
+    sympy's real ``i`` ≠ its non-real ``i``.
+    """
+    from math_verify import verify
+
+    pred = [_with_gold_symbols(p, gold_parsed) for p in pred]
+    pairs = [(g, t) for g in gold_parsed for t in pred]
+    pairs.sort(key=lambda gt: not (isinstance(gt[0], str) and isinstance(gt[1], str)))  # stable: strings first
+    error: Exception | None = None
+    compared = 0
+    for g, t in pairs:
+        try:
+            if verify([g], [t], timeout_seconds=timeout_s, raise_on_error=True):
+                return True, ""
+            compared += isinstance(g, str) == isinstance(t, str)  # a string against an expression is no comparison
+        except Exception as e:  # noqa: BLE001 - TimeoutException (BaseException) propagates
+            error = error or e
+    if error is not None and not compared:
+        raise error
+    return False, "" if error is None else f"{type(error).__name__}: {error}"[:300]
+
+
+def _with_gold_symbols(expr, gold_parsed: list):
+    import sympy
+
+    if isinstance(expr, str) or not isinstance(expr, sympy.Basic):
+        return expr
+    by_name = {}
+    for g in gold_parsed:
+        if isinstance(g, sympy.Basic):
+            for s in g.free_symbols:
+                by_name.setdefault(s.name, s)
+    swap = {s: by_name[s.name] for s in expr.free_symbols if s.name in by_name and by_name[s.name] != s}
+    return expr.xreplace(swap) if swap else expr
+
+
+def _squash(s: str) -> str:
+    """``s`` without its spaces, except one a command needs before a letter (``\\cdot x``), and without ``$``."""
+    return _SPACES.sub(lambda m: m.group(1) + " " if m.group(1) else "", s.replace("$", "").strip())
+
+
+_SPACES = re.compile(r"(\\[A-Za-z]+)\s+(?=[A-Za-z])|\s+")
+
+
+_UPRIGHT_LETTER = re.compile(r"\\(?:mathrm|text|textrm|operatorname|mbox)\s*\{([A-Za-z])\}|\{\\rm\s+([A-Za-z])\}")
+_TEXT_SUBSCRIPT = re.compile(r"_\s*\{\s*\\(?:mathrm|text|textrm|mbox)\s*\{([A-Za-z0-9 ]*)\}\s*\}")
+
+
+def canonical_latex(text: str) -> str:
+    """What the verifier rewrites in golds and responses before Math-Verify reads them (both sides alike).
+
+    - An upright single letter (``\\mathrm{e}``, ``\\text{i}``, ``\\operatorname{d}``, ``{\\rm e}``) is the
+      letter: Math-Verify turns ``\\mathrm{…}`` into ``\\text{…}``, reads ``\\text{e}`` as a variable e, not
+      Euler's number, and its unit stripping cuts ``\\text{e}}`` off the end of a formula, so the gold
+      ``1 - \\frac{1}{\\mathrm{e}}`` parsed to the fragment ``1 - \\frac{1}{``.
+    - A text subscript (``\\lambda_{\\text{red}}``) is the plain subscript (``\\lambda_{red}``).
+    """
+    if "\\" not in text:
+        return text
+    text = _UPRIGHT_LETTER.sub(lambda m: m.group(1) or m.group(2), text)
+    return _TEXT_SUBSCRIPT.sub(lambda m: "_{" + m.group(1).replace(" ", "") + "}", text)
+
+
+_NAME = re.compile(r"\s*(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?[A-Za-z0-9\\]+\}?)?(?:\s*\([^()=]*\))?\s*")
+
+
+def _assigned_value(extracted: str | None, gold: str) -> str | None:
+    """The value of an answer written as a definition, ``name = value`` (``x = \\text{east}``, ``f(1) = 7``), when
+    the gold is not itself an equation; else None. Math-Verify reads ``x = 5`` as 5 but its unit stripping
+    cuts a value that looks like a unit or ends in ``\\text{…}`` (``x = m`` → ``x =``), so the value is read
+    on its own where the whole did not match."""
+    if not extracted or "=" not in extracted or len(_top_level_sides(gold)) > 1:
+        return None
+    sides = _top_level_sides(extracted)
+    if len(sides) != 2 or not sides[1].strip() or not _NAME.fullmatch(sides[0]):
+        return None
+    return sides[1].strip()
 
 
 # ─── passes Math-Verify gives that are not (fixed in our layer) ─────────────────────────────
@@ -197,16 +324,22 @@ def _top_level_sides(answer: str) -> list[str]:
     return sides + [answer[start:]]
 
 
-def false_pass(extracted: str | None, gold_parsed: list, pred: list) -> str:
+def false_pass(extracted: str | None, gold_parsed: list, pred: list, *, source: str = "the boxed answer") -> str:
     """Why a pass Math-Verify gave is not one ("" when it stands). Two cases, both measured:
 
     - **Numeric tolerance between exact numbers** (Math-Verify issue #14): it compares numbers to 6
       decimals, so ``1/2006!`` equals ``1/2004!``. Where both sides are exact rationals (no decimals,
       no symbols) they must be equal exactly; Math-Verify's percent reading (50 ≡ 50%) is kept.
     - **Unequal sides** (``\\boxed{x = 1 = 2}`` and ``\\boxed{1 = 2}`` pass against 2: it reads the
-      last side): a boxed equation whose symbol-free sides are not all equal answers nothing.
+      last side): an answer equation whose numeric sides are not all equal answers nothing. The
+      rule examines the answer as given — the box's content, else the ``<answer>`` tag's, else the
+      string Math-Verify read from the response — and ``source`` names which in the detail. A side
+      with a variable (``x``) or an undefined function (``C(8, 2)``, ``f(2)``: a name applied to
+      numbers is no number) is a name for the value, not a value, and is not compared.
     """
+    import sympy
     from math_verify import parse, verify
+    from sympy.core.function import AppliedUndef
 
     g = next((x for x in gold_parsed if not isinstance(x, str)), None)
     p = next((x for x in pred if not isinstance(x, str)), None)
@@ -218,11 +351,12 @@ def false_pass(extracted: str | None, gold_parsed: list, pred: list) -> str:
         return (f"Math-Verify's numeric tolerance equated two different exact numbers ({extracted} vs the gold); "
                 "scored wrong (Math-Verify issue #14)")
     if extracted and "=" in extracted:
-        sides = [parse("\\boxed{" + side + "}") for side in _top_level_sides(extracted) if side.strip()]
-        values = [sp for sp in sides if sp and not isinstance(sp[0], str) and not sp[0].free_symbols]
+        sides = [parse("\\boxed{" + canonical_latex(side) + "}") for side in _top_level_sides(extracted) if side.strip()]
+        values = [sp for sp in sides if sp and isinstance(sp[0], sympy.Basic) and not sp[0].free_symbols
+                  and not sp[0].atoms(AppliedUndef)]
         for a, b in zip(values, values[1:]):
             if not verify(a, b):
-                return (f"the boxed answer {extracted!r} is a chain of unequal sides; Math-Verify reads only its "
+                return (f"{source} {extracted!r} is a chain of unequal sides; Math-Verify reads only its "
                         "last side; scored wrong")
     return ""
 
@@ -427,16 +561,16 @@ def equivalent_answers(a: str, b: str) -> bool:
     Runs in any thread (no SIGALRM timeout): the cost is bounded by comparing only short answers
     (≤ :data:`EQUIVALENCE_MAX_CHARS` characters, no ``^`` tower) mathematically; longer ones, and
     any answer Math-Verify cannot parse, are equal only as identical strings. Cached."""
-    if a == b:
+    if a == b or (_squash(a) and _squash(a) == _squash(b)):
         return True
     if max(len(a), len(b)) > EQUIVALENCE_MAX_CHARS or a.count("^") + b.count("^") > 2:
         return False
-    from math_verify import parse, verify
+    from math_verify import parse
 
     try:
-        pa = parse("\\boxed{" + a + "}", parsing_timeout=None)
-        pb = parse("\\boxed{" + b + "}", parsing_timeout=None)
-        return bool(pa and pb and verify(pb, pa, timeout_seconds=None))
+        pa = parse("\\boxed{" + canonical_latex(a) + "}", parsing_timeout=None)
+        pb = parse("\\boxed{" + canonical_latex(b) + "}", parsing_timeout=None)
+        return bool(pa and pb and compare(pb, pa, None)[0])
     except Exception:  # noqa: BLE001 - unparsable: not equivalent
         return False
 
