@@ -39,7 +39,7 @@ from prl.data import synthetic as task  # noqa: E402
 from prl.generation.engines import SamplingConfig, make_engine  # noqa: E402
 from prl.models.importer import smollm2_model  # noqa: E402
 from prl.store.db import Store  # noqa: E402
-from prl.training.checkpoints import save_policy  # noqa: E402
+from prl.training.exports import save_policy  # noqa: E402
 from prl.training.weight_sync import named_weights  # noqa: E402
 
 GEN_TARGET, SYNC_TARGET = 3.0, 5.0

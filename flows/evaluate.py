@@ -29,7 +29,7 @@ from prefect import flow, get_client, task
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 
-from flows.logs import log as _log
+from flows.run_log import log as _log
 
 from prl.evaluation import evaluate as ev
 from prl.evaluation import shards as sh

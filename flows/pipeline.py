@@ -24,7 +24,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.config import PipelineConfig
-from flows.logs import log as _log
+from flows.run_log import log as _log
 from flows.train import train_run
 
 from prl.data.datasets import SYNTHETIC

@@ -32,7 +32,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from tqdm.auto import tqdm
 
 from flows.evaluate import ray_runner, ray_worker_env
-from flows.logs import log as _log
+from flows.run_log import log as _log
 from flows.train import launch
 
 from prl.store.db import Store

@@ -36,9 +36,9 @@ import yaml
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.logs import log as _log
+from flows.run_log import log as _log
 
-from prl import logs
+from prl import log_routing
 from prl.training.config import RunConfig
 
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
@@ -304,7 +304,7 @@ def training_failure(rc: RunConfig, mon: Monitored, *, available: int | None = N
     lines = [head]
     if kernel:
         lines.append(f"  kernel log: {kernel}")
-    log_file = logs.current_log_file()
+    log_file = log_routing.current_log_file()
     lines.append(f"  log: {log_file}" if log_file else "  log: none; the training process wrote to this stderr")
     if signame == "SIGKILL" or close:
         lines.append("  to use less memory, change the config's train: section (now in brackets): "

@@ -5,7 +5,7 @@ A *group* is the n responses of one prompt, identified by ``group_ids`` (B,) lon
 Nothing here takes gradients: every result is computed under ``torch.no_grad``.
 
 One general path for step splits (issue 14): a split string becomes a boundary mask through
-:func:`~prl_core.steps.step_boundaries` and takes the same boundary/fill code as an explicit
+:func:`~prl_core.boundaries.step_boundaries` and takes the same boundary/fill code as an explicit
 mask. The chunked ``fixed:N`` fast path for right-padded rows was removed, because it never
 mattered at the level of a training step. At the measured step (bench/train_step.py: 80
 rollouts ≤ 45 tokens, ``fixed:8``; advantages + PPO update 461 ms) the general path took
@@ -27,7 +27,7 @@ import torch
 from ._checks import (
     require_choice, require_eta, require_float, require_group_ids, require_mask, require_rollout_batch,
 )
-from .steps import StepSplit, parse_split, step_boundaries
+from .boundaries import StepSplit, parse_split, step_boundaries
 
 ORDERS = ("advantage_first", "process_first")
 
@@ -251,7 +251,7 @@ def prl_advantages(
         logp_ref: (B, T) float frozen-reference log-probs of the same tokens.
         mask: (B, T) bool response-token mask. Values outside it are ignored (may be NaN).
         eta: inverse KL strength (> 0; ``math.inf`` switches the KL term off).
-        boundaries: (B, T) bool step boundaries from :func:`prl_core.steps.step_boundaries`;
+        boundaries: (B, T) bool step boundaries from :func:`prl_core.boundaries.step_boundaries`;
             None means token level (every token is a step). A split string ``"token"`` or
             ``"fixed:N"`` is also accepted and gives the same result (it is turned into the
             boundary mask with ``step_boundaries``).

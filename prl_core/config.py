@@ -20,7 +20,7 @@ from ._checks import require_eta
 from .advantages import ORDERS
 from .estimators import ESTIMATORS, estimator_names, group_size_error
 from .losses import AGGREGATIONS, KL_ESTIMATORS
-from .steps import parse_split
+from .boundaries import parse_split
 
 
 

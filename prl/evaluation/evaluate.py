@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 
 from prl.evaluation import shards as sh
 from prl.evaluation.config import EvalConfig, EvalError
-from prl.evaluation.steps import (chunked, check_prompts, finish_run, generate_chunk, load_problems, mark_failed,
+from prl.evaluation.stages import (chunked, check_prompts, finish_run, generate_chunk, load_problems, mark_failed,
                                   pending_problems, register_run, start_engine, store_chunk, verify_chunk)
 from prl.generation.engines import Engine
 from prl.generation.prompts import template_record

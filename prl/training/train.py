@@ -59,9 +59,9 @@ from prl_core.advantages import suffix_sums
 from prl_core.config import ConfigError
 from prl_core.estimators import compute_advantages, get_estimator
 from prl_core.losses import kl_penalty, masked_mean, ppo_clip_loss, sft_loss
-from prl_core.steps import parse_split, segment_bounds
+from prl_core.boundaries import parse_split, segment_bounds
 
-from prl import logs
+from prl import log_routing
 from prl.data import synthetic
 from prl.data.datasets import load_dataset
 from prl.evaluation.config import EvalConfig
@@ -71,7 +71,7 @@ from prl.generation.engines.base import derive_seed
 from prl.grading.verifier import VerifierPool, VerifierSettings
 from prl.manifest import run_manifest
 from prl.store.db import Store
-from prl.training import checkpoints as exports
+from prl.training import exports
 from prl.training import distributed as dist
 from prl.training import resume as save_resume
 from prl.training.resume import CheckpointError, check_fresh_start
@@ -678,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # set by the deepspeed launcher
     args = ap.parse_args(argv)
-    logs.configure_from_env()  # launched by `prl demo`/`prl train`: library messages into their log file
+    log_routing.configure_from_env()  # launched by `prl demo`/`prl train`: library messages into their log file
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     cfg = run_config_from_args(args)

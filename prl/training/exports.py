@@ -93,7 +93,7 @@ def emit_checkpoint_event(record: dict[str, Any], log: Callable[[str], None] = p
         return False
 
 
-def exports(root: str | Path) -> list[dict[str, Any]]:
+def find_exports(root: str | Path) -> list[dict[str, Any]]:
     """The export records under ``root`` (any depth), oldest step first within each run."""
     out = []
     for p in sorted(Path(root).glob(f"**/{EXPORTS_DIR}/step_*/{EXPORT_RECORD}")):

@@ -20,11 +20,11 @@ from typing import Any
 from prefect import flow
 
 from flows.evaluate import evaluate_flow
-from flows.logs import log as _log
+from flows.run_log import log as _log
 
 from prl.evaluation.config import EvalConfig, EvalError, model_fingerprint
 from prl.store.db import Store
-from prl.training import checkpoints as ckpt
+from prl.training import exports
 
 
 def checkpoint_eval_config(record: dict[str, Any], *, datasets: list[str] | None = None, n: int | None = None,
@@ -38,7 +38,7 @@ def checkpoint_eval_config(record: dict[str, Any], *, datasets: list[str] | None
         raise EvalError(f"{record['path']}: the training run configured no evaluation data sets (train.eval_datasets); "
                         "give the deployment's datasets parameter")
     return EvalConfig(model=record["path"], datasets=tuple(chosen), n=int(n or ev.get("n") or 4),
-                      db=db or record["db"], run_id=ckpt.eval_run_id(record["run_id"], int(record["step"])),
+                      db=db or record["db"], run_id=exports.eval_run_id(record["run_id"], int(record["step"])),
                       engine=engine or ev.get("engine") or "vllm", limit=limit if limit is not None else ev.get("limit"),
                       max_tokens=int(ev.get("max_tokens") or 96), temperature=1.0, seed=int(ev.get("seed") or 0),
                       verifier_workers=1, parent_run_id=record["run_id"], train_step=int(record["step"]))
@@ -49,7 +49,7 @@ def evaluate_checkpoint(path: str, run_id: str | None = None, step: int | None =
                         datasets: list[str] | None = None, n: int | None = None, limit: int | None = None,
                         db: str | None = None, engine: str | None = None) -> dict[str, Any]:
     """Evaluate the checkpoint export at ``path`` (the event's payload fills the other parameters)."""
-    record = ckpt.read_record(path)
+    record = exports.read_record(path)
     for name, given in (("run_id", run_id), ("step", step)):
         if given is not None and str(given) != str(record[name]):
             raise EvalError(f"{path}: the event says {name} {given!r}, the export's record {record[name]!r}")
@@ -69,8 +69,8 @@ def evaluate_pending(root: str = "runs", datasets: list[str] | None = None, n: i
                      limit: int | None = None, engine: str | None = None) -> dict[str, Any]:
     """Evaluate every checkpoint export under ``root`` whose evaluation run is missing or unfinished."""
     done, ran, failed = [], [], []
-    for record in ckpt.exports(root):
-        run = ckpt.eval_run_id(record["run_id"], int(record["step"]))
+    for record in exports.find_exports(root):
+        run = exports.eval_run_id(record["run_id"], int(record["step"]))
         status = None
         try:
             found = Store(record["db"], create=False).records("get_run", run_id=run)
