@@ -10,12 +10,16 @@ for it resumes the finished run and adds nothing, and other weights under that r
 
 ``evaluate-pending`` (scheduled nightly in ``prefect.yaml``) evaluates every export under a folder
 whose evaluation is missing or unfinished: what a server that was down when the events were emitted
-did not see.
+did not see (and what a trainer launched without the ``train`` flow never announced).
+
+:func:`emit_checkpoint_event` is the event itself: the ``train`` flow calls it for each export the training
+script reports (``prl.training.exports.announcement``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Callable
 
 from prefect import flow
 
@@ -25,6 +29,33 @@ from flows.run_log import log as _log
 from prl.evaluation.config import EvalConfig, EvalError, model_fingerprint
 from prl.store.db import Store
 from prl.training import exports
+
+
+def events_enabled() -> bool:
+    """Events go to a Prefect server named by PREFECT_API_URL; without one there is nobody to trigger
+    (a temporary in-process server would die with the run)."""
+    return bool(os.environ.get("PREFECT_API_URL"))
+
+
+def emit_checkpoint_event(record: dict[str, Any], log: Callable[[str], None] = _log) -> bool:
+    """Emit ``prl.checkpoint.saved`` (:data:`prl.training.exports.CHECKPOINT_EVENT`) for an export record and
+    wait (≤ 10 s) until it has been sent. Returns whether it was sent; a server that cannot be reached is
+    reported, never fatal to training."""
+    if not events_enabled():
+        return False
+    try:
+        from prefect.events import emit_event
+        from prefect.events.worker import EventsWorker
+
+        event = emit_event(event=exports.CHECKPOINT_EVENT,
+                           resource={"prefect.resource.id": exports.RESOURCE_PREFIX + record["run_id"],
+                                     "prefect.resource.name": record["run_id"]},
+                           payload=record)
+        EventsWorker.drain_all(timeout=10)
+        return event is not None
+    except Exception as e:  # noqa: BLE001 - an unreachable server must not stop the training run
+        log(f"[train] WARNING: checkpoint event for step {record['step']} not sent ({type(e).__name__}: {e})")
+        return False
 
 
 def checkpoint_eval_config(record: dict[str, Any], *, datasets: list[str] | None = None, n: int | None = None,

@@ -1,5 +1,5 @@
-"""The steps of an evaluation run as plain functions: load problems → register the run → per chunk
-of problems: generate → verify → store (one transaction) → finish the run.
+"""The stages of an evaluation run as plain functions: load problems → record the run's start → per chunk
+of problems: generate → verify → store (one transaction) → record the run's finish (or status).
 
 ``prl.evaluation.evaluate.run_evaluation`` chains them in this process; ``prl.evaluation.shards``
 runs the chunk steps on a worker; ``flows/evaluate.py`` runs them as Prefect tasks.
@@ -92,7 +92,7 @@ def preflight(cfg: EvalConfig) -> None:
         check_resumable(Store(cfg.db, create=False), cfg)
 
 
-def register_run(store: Store, cfg: EvalConfig, problems: Sequence[Problem]) -> dict[str, Any]:
+def record_run_start(store: Store, cfg: EvalConfig, problems: Sequence[Problem]) -> dict[str, Any]:
     """Record the run (status 'running') and its problems; refuse to resume with other settings.
 
     Returns {"run_id", "resumed"}.
@@ -167,8 +167,10 @@ def verify_chunk(pool, run_id: str, problems: Sequence[Problem], samples: Sequen
     return rows
 
 
-def finish_run(store: Store, cfg: EvalConfig, run_id: str, problems: Sequence[Problem], engine_info, template,
-               summary: dict[str, Any]) -> None:
+def record_run_finish(store: Store, cfg: EvalConfig, run_id: str, problems: Sequence[Problem], engine_info, template,
+                      summary: dict[str, Any]) -> None:
+    """Record the run as finished: its manifest with the engine, template and summary (an attempt that generated
+    nothing keeps what the generating attempt recorded) and the config it was started with."""
     old = store.rows("get_run", run_id=run_id)
     old_manifest = json.loads(old[0][6]) if old and old[0][6] else {}
     if engine_info is None:  # nothing was generated this time: keep what the generating attempt recorded
@@ -182,9 +184,9 @@ def finish_run(store: Store, cfg: EvalConfig, run_id: str, problems: Sequence[Pr
                   config=config, manifest=manifest, parent_run_id=cfg.parent_run_id, train_step=cfg.train_step)
 
 
-def mark_failed(store: Store, run_id: str) -> None:
-    """Status 'failed' (what is stored stays; rerunning the same command resumes)."""
-    store.execute("set_run_status", run_id=run_id, status="failed")
+def record_run_status(store: Store, run_id: str, status: str) -> None:
+    """Only the run's status (a failed run: what is stored stays; rerunning the same command resumes)."""
+    store.execute("set_run_status", run_id=run_id, status=status)
 
 
 def store_chunk(db: str, rows: list[dict[str, Any]]) -> int:
