@@ -195,10 +195,10 @@ def finish_run(run: EvalRun, status: str = "finished", log: Callable[[str], None
         summary["seconds"] = {k: round(v, 2) for k, v in run.seconds.items()}
     summary["total_s"] = round(time.perf_counter() - run.t0, 2)
     record_run_finish(store, cfg, run.run_id, run.problems, run.engine_info, run.template, summary)
-    counts = store.rows("stored_counts_for_run", run_id=run.run_id)
-    summary["stored_samples"] = sum(c for *_, c in counts)
-    correct = store.rows("dataset_metrics_for_run", run_id=run.run_id)
-    summary["average_at_n"] = {d: avg for d, _p, _n, avg, _pass in correct}
+    counts = store.records("stored_counts_for_run", run_id=run.run_id)
+    summary["stored_samples"] = sum(c["stored"] for c in counts)
+    metrics = store.records("dataset_metrics_for_run", run_id=run.run_id)
+    summary["average_at_n"] = {m["dataset"]: m["average_at_n"] for m in metrics}
     log(f"run {run.run_id}: {summary['samples_added']} samples added, {summary['stored_samples']} stored "
         f"for {len(counts)} problems in {cfg.db} ({summary['total_s']:.0f} s)")
     return summary
