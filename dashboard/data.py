@@ -31,6 +31,21 @@ def open_store(db: str) -> Store:
     return Store(db, create=False)
 
 
+def store_version(db: str) -> tuple[tuple[int, int] | None, ...]:
+    """What changes whenever the store's content does, read without opening it: the modification time and size
+    of the store file and of its write-ahead log (every committed write changes one of them). The pages'
+    cached results are keyed on it (``dashboard.ui.cached``)."""
+    out: list[tuple[int, int] | None] = []
+    for path in (Path(db), Path(f"{db}.wal")):
+        try:
+            stat = path.stat()
+        except OSError:
+            out.append(None)
+            continue
+        out.append((stat.st_mtime_ns, stat.st_size))
+    return tuple(out)
+
+
 def _json(value: Any) -> dict:
     if value is None:
         return {}
