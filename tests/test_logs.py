@@ -1,4 +1,4 @@
-"""Where log records go (prl/log_routing.py, issue 14): our lines on the console, third-party chatter in the log file.
+"""Where log records go (prl/log_routing.py): our lines on the console, third-party chatter in the log file.
 
 The unit tests emit records as the libraries do (vLLM's non-propagating logger, DeepSpeed's logger with its
 own stdout handler, Prefect's run loggers, Python warnings, a C++-style write to file descriptor 2). The
