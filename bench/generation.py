@@ -69,7 +69,7 @@ def main() -> int:
 
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     from common import machine_info, render_all, write_json
-    from prl.data import synthetic as task
+    from prl.data import synthetic
     from prl.generation.engines import SamplingConfig, make_engine
     from prl.generation.prompts import build_prompt
 
@@ -87,7 +87,7 @@ def main() -> int:
 
     cfg = AutoConfig.from_pretrained(str(model_dir))
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    prompts = [build_prompt(tok, r["problem"]) for r in task.generate("test", args.prompts)]
+    prompts = [build_prompt(tok, r["problem"]) for r in synthetic.generate("test", args.prompts)]
     prompt_tokens = [len(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts]
     lengths = [int(x) for x in args.tokens.split(",")]
     repeats = [int(x) for x in args.repeats.split(",")]

@@ -35,18 +35,18 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from common import machine_info, render_all, write_json  # noqa: E402
 
-from prl.data import synthetic as task  # noqa: E402
+from prl.data import synthetic  # noqa: E402
 from prl.generation.engines import SamplingConfig, make_engine  # noqa: E402
 from prl.models.importer import smollm2_model  # noqa: E402
 from prl.store.db import Store  # noqa: E402
-from prl.training.checkpoints import save_policy  # noqa: E402
+from prl.training.exports import save_policy  # noqa: E402
 from prl.training.weight_sync import named_weights  # noqa: E402
 
 GEN_TARGET, SYNC_TARGET = 3.0, 5.0
 
 
 def generation(model: Path, prompts_n: int, n: int, max_tokens: int) -> dict:
-    problems = [r["problem"] for r in task.generate("test", prompts_n)]
+    problems = [r["problem"] for r in synthetic.generate("test", prompts_n)]
     sampling = SamplingConfig(n=n, max_tokens=max_tokens, ignore_eos=True, seed=1, logprobs=True)
     out = {}
     for kind, kw in (("vllm", {"in_process": True}), ("hf", {})):
@@ -75,7 +75,7 @@ def weight_sync(model: Path, repeats: int) -> dict:
     policy = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     engine = make_engine("vllm", model, in_process=True)
-    prompt = engine.build_prompts([task.generate("test", 1)[0]["problem"]])
+    prompt = engine.build_prompts([synthetic.generate("test", 1)[0]["problem"]])
     greedy = SamplingConfig(n=1, temperature=0, max_tokens=8)
     gen = torch.Generator().manual_seed(0)
     times = {"memory": [], "disk": []}

@@ -135,10 +135,9 @@ def main() -> dict:
         base_ms = statistics.median(base)
         queries = {
             "dataset_metrics_for_run": dict(run_id="run-3"),
-            "problem_outcomes_for_run": dict(run_id="run-3"),
             "outcomes_for_runs (paired)": dict(run_ids=["run-3", "run-7"]),
             "answers_for_run": dict(run_id="run-3"),
-            "verdict_counts": dict(run_id="run-3"),
+            "verdict_counts_for_runs": dict(run_ids=["run-3"]),
             "suspicious_passes_for_run": dict(run_id="run-3", limit=50),
             "list_runs": {},
             "stored_counts_for_run": dict(run_id="run-3"),

@@ -31,6 +31,21 @@ def open_store(db: str) -> Store:
     return Store(db, create=False)
 
 
+def store_version(db: str) -> tuple[tuple[int, int] | None, ...]:
+    """What changes whenever the store's content does, read without opening it: the modification time and size
+    of the store file and of its write-ahead log (every committed write changes one of them). The pages'
+    cached results are keyed on it (``dashboard.ui.cached``)."""
+    out: list[tuple[int, int] | None] = []
+    for path in (Path(db), Path(f"{db}.wal")):
+        try:
+            stat = path.stat()
+        except OSError:
+            out.append(None)
+            continue
+        out.append((stat.st_mtime_ns, stat.st_size))
+    return tuple(out)
+
+
 def _json(value: Any) -> dict:
     if value is None:
         return {}
@@ -68,10 +83,10 @@ def runs(db: str) -> pd.DataFrame:
 
 
 def run_manifest(db: str, run_id: str) -> dict[str, Any]:
-    rows = open_store(db).rows("get_run", run_id=run_id)
+    rows = open_store(db).records("get_run", run_id=run_id)
     if not rows:
         return {}
-    return {"config": _json(rows[0][5]), "manifest": _json(rows[0][6])}
+    return {"config": _json(rows[0]["config"]), "manifest": _json(rows[0]["manifest"])}
 
 
 
@@ -99,10 +114,10 @@ def scores(db: str, run_ids: list[str], k: int) -> tuple[pd.DataFrame, pd.DataFr
     store = open_store(db)
     per_ds, agg = [], []
     for run_id in run_ids:
-        sizes = store.rows("dataset_metrics_for_run", run_id=run_id)
+        sizes = store.records("dataset_metrics_for_run", run_id=run_id)
         if not sizes:
             continue
-        kk = min(k, min(n for _d, _p, n, _a, _pass in sizes))
+        kk = min(k, min(size["n"] for size in sizes))
         s = run_scores(store, run_id, [kk], iters=1000)
         names = [f"average@{s['n']}", f"pass@{kk}"]
         for row in s["datasets"]:
@@ -172,12 +187,12 @@ def problem_choices(db: str, run_ids: list[str]) -> pd.DataFrame:
 
 def problem(db: str, dataset: str, problem_id: str, run_ids: list[str]) -> tuple[dict[str, Any] | None, pd.DataFrame]:
     store = open_store(db)
-    rows = store.rows("problem_row", dataset=dataset, problem_id=problem_id)
+    rows = store.records("problem_row", dataset=dataset, problem_id=problem_id)
     info = None
     if rows:
-        d, pid, text, gold, gold_norm, meta = rows[0]
-        info = {"dataset": d, "problem_id": pid, "problem": text, "gold_raw": gold, "gold_normalized": gold_norm,
-                "meta": _json(meta)}
+        row = rows[0]
+        info = {"dataset": row["dataset"], "problem_id": row["problem_id"], "problem": row["problem"],
+                "gold_raw": row["gold"], "gold_normalized": row["gold_normalized"], "meta": _json(row["meta"])}
     return info, store.df("samples_for_problem", dataset=dataset, problem_id=problem_id, run_ids=run_ids)
 
 
@@ -208,7 +223,7 @@ def eval_points(db: str, run_ids: list[str]) -> pd.DataFrame:
 
 
 def rollout_steps(db: str, run_id: str) -> list[int]:
-    return [r[0] for r in open_store(db).rows("rollout_steps_for_run", run_id=run_id)]
+    return [r["step"] for r in open_store(db).records("rollout_steps_for_run", run_id=run_id)]
 
 
 def rollouts(db: str, run_id: str, step: int) -> tuple[pd.DataFrame, pd.DataFrame]:

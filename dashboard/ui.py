@@ -16,11 +16,25 @@ import streamlit as st
 from dashboard import data
 from prl.store.db import StoreError
 
-TTL_S = 3  # cached results live a few seconds: a refresh shows what a running flow wrote since
+@st.cache_data(show_spinner=False, max_entries=512)
+def _cached_call(name: str, version: tuple, args: tuple, kwargs: dict) -> Any:
+    """``dashboard.data.<name>(*args, **kwargs)``, computed once per store content ``version``."""
+    return getattr(data, name)(*args, **kwargs)
 
 
 def cached(fn: Callable) -> Callable:
-    return st.cache_data(ttl=TTL_S, show_spinner=False)(fn)
+    """``fn`` (a function of :mod:`dashboard.data` whose first argument is the store path, or that takes none)
+    cached on the store's content version (:func:`dashboard.data.store_version`): a page load recomputes an
+    aggregate (the bootstrap CIs among them) only after something was written to the store since, and a refresh
+    shows what a running flow wrote."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        db = args[0] if args else kwargs.get("db")
+        version = data.store_version(db) if db is not None else ()
+        return _cached_call(fn.__name__, version, args, kwargs)
+
+    call.__name__ = call.__qualname__ = fn.__name__
+    call.__doc__ = fn.__doc__
+    return call
 
 
 runs = cached(data.runs)

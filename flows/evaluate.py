@@ -29,20 +29,20 @@ from prefect import flow, get_client, task
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 
-from flows.logs import log as _log
+from flows.run_log import log as _log
 
 from prl.evaluation import evaluate as ev
 from prl.evaluation import shards as sh
 from prl.evaluation.config import EvalConfig, EvalError
 
 
-@task(name="begin-run", cache_policy=NO_CACHE)
-def begin_run(cfg: EvalConfig) -> ev.EvalRun:
-    return ev.begin_run(cfg, log=_log)
+@task(name="start-run", cache_policy=NO_CACHE)
+def start_run(cfg: EvalConfig) -> ev.EvalRun:
+    return ev.start_run(cfg, log=_log)
 
 
 @task(name="eval-chunk", cache_policy=NO_CACHE)
-def eval_chunk(engine, pool, cfg: EvalConfig, run_id: str, chunk) -> dict[str, Any]:
+def evaluate_chunk(engine, pool, cfg: EvalConfig, run_id: str, chunk) -> dict[str, Any]:
     """generate → verify → store one chunk (one transaction; not retried: rerunning the flow resumes)."""
     return ev.evaluate_chunk(engine, pool, cfg, run_id, chunk)
 
@@ -59,7 +59,7 @@ def _retry_unless_input_error(task, task_run, state) -> bool:
 
 
 @task(name="eval-shard", cache_policy=NO_CACHE, retries=1, retry_condition_fn=_retry_unless_input_error)
-def eval_shard(cfg: EvalConfig, run_id: str, problems, path: str) -> dict[str, Any]:
+def evaluate_shard(cfg: EvalConfig, run_id: str, problems, path: str) -> dict[str, Any]:
     """One shard on a worker: engine → generate → verify → its own Parquet file (safe to repeat)."""
     return sh.run_shard(cfg, run_id, problems, path)
 
@@ -73,7 +73,7 @@ def shard_results(cfg: EvalConfig, run_id: str, shards, directory: Path):
     from prefect_ray.context import remote_options  # the sharded path runs on the Ray task runner only
 
     with remote_options(num_cpus=cfg.shard_cpus, runtime_env={"env_vars": env}):
-        futures = {eval_shard.submit(worker_cfg, run_id, s.problems, str(directory / f"{s.name}.parquet")): s
+        futures = {evaluate_shard.submit(worker_cfg, run_id, s.problems, str(directory / f"{s.name}.parquet")): s
                    for s in shards}
     for future in as_completed(list(futures)):
         try:
@@ -86,7 +86,7 @@ def shard_results(cfg: EvalConfig, run_id: str, shards, directory: Path):
 def evaluate(cfg: EvalConfig, progress: bool = True) -> dict[str, Any]:
     """Generate ``cfg.n`` samples per problem, verify them, and store every sample; returns a summary.
     The orchestration is :func:`prl.evaluation.evaluate.run_evaluation`'s, with this module's tasks as steps."""
-    return ev.run_evaluation(cfg, progress=progress, log=_log, begin=begin_run, chunk=eval_chunk,
+    return ev.run_evaluation(cfg, progress=progress, log=_log, start=start_run, chunk=evaluate_chunk,
                              shard_results=shard_results)
 
 

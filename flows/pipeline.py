@@ -24,7 +24,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.config import PipelineConfig
-from flows.logs import log as _log
+from flows.run_log import log as _log
 from flows.train import train_run
 
 from prl.data.datasets import SYNTHETIC
@@ -63,11 +63,11 @@ def _cached(step, marker: str, cfg: PipelineConfig, *args):
 @task(name="prepare-data", cache_key_fn=_inputs_key("seed"), persist_result=True, retries=1)
 def prepare_data(cfg: PipelineConfig) -> dict[str, str]:
     """The synthetic task's splits as JSONL (the training loop draws the same problems from the seed)."""
-    from prl.data import synthetic as synth
+    from prl.data import synthetic
 
     out = Path(cfg.out_dir) / "data"
-    test = synth.write_jsonl(synth.generate("test", synth.TEST_SIZE, seed=cfg.seed), out / "synth_test.jsonl")
-    train = synth.write_jsonl(synth.generate("train", synth.TRAIN_SIZE, seed=cfg.seed), out / "synth_train.jsonl")
+    test = synthetic.write_jsonl(synthetic.generate("test", synthetic.TEST_SIZE, seed=cfg.seed), out / "synth_test.jsonl")
+    train = synthetic.write_jsonl(synthetic.generate("train", synthetic.TRAIN_SIZE, seed=cfg.seed), out / "synth_train.jsonl")
     _log(f"data: {train} and {test}")
     return {"train": str(train), "test": str(test)}
 
@@ -140,9 +140,9 @@ def report(cfg: PipelineConfig, runs: dict[str, str]) -> dict[str, Any]:
     grpo_vs_base = compare_runs(store, runs["warm_start"], runs["grpo"])
     synth = {c["run_b"] + " vs " + c["run_a"]: next((d for d in c["datasets"] if d["dataset"] == SYNTHETIC), None)
              for c in (prl_vs_base, grpo_vs_base, prl_vs_grpo)}
-    styles = {name: next(({"samples": n, "working_share": share, "working_average": w, "direct_average": d}
-                          for ds, n, share, w, d in store.rows("answer_styles_for_run", run_id=run_id)
-                          if ds == SYNTHETIC), None) for name, run_id in runs.items()}
+    styles = {name: next(({k: style[k] for k in ("samples", "working_share", "working_average", "direct_average")}
+                          for style in store.records("answer_styles_for_run", run_id=run_id)
+                          if style["dataset"] == SYNTHETIC), None) for name, run_id in runs.items()}
     text = "\n\n".join([*(render_scores(s) for s in scores.values()), render_comparison(prl_vs_base),
                         render_comparison(prl_vs_grpo), render_styles(styles)])
     result = {"runs": runs, "store": cfg.store, "synthetic_paired": synth, "answer_styles": styles, "text": text,

@@ -18,7 +18,6 @@ the store, not Prefect's cache, says what is finished.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -32,12 +31,10 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from tqdm.auto import tqdm
 
 from flows.evaluate import ray_runner, ray_worker_env
-from flows.logs import log as _log
+from flows.run_log import log as _log
 from flows.train import launch
 
-from prl.store.db import Store
 from prl.studies import report as rp
-from prl.studies.charts import report_figures
 from prl.studies.config import Study, load_study
 from prl.studies.run import base_model, finish_study, pending_jobs, register_study, set_job_status
 
@@ -93,23 +90,6 @@ def reset_limit(name: str, slots: int) -> None:
         client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=slots))
 
 
-def write_report(study_or_id: Study | str, db: str, out_dir: str | Path, *, embedded: bool = False
-                 ) -> dict[str, Any]:
-    """study_report.{md,html,json} in ``out_dir`` from the store; returns the report with the paths."""
-    study_id = study_or_id if isinstance(study_or_id, str) else study_or_id.id
-    rep = rp.study_report(Store(db, create=False), study_id)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    md = rp.render_markdown(rep, embedded=embedded)
-    (out / "study_report.md").write_text(md, encoding="utf-8")
-    (out / "study_report.html").write_text(rp.render_html(rep, report_figures(rep), embedded=embedded),
-                                           encoding="utf-8")
-    (out / "study_report.json").write_text(json.dumps(rep, indent=2, default=str) + "\n", encoding="utf-8")
-    rep["files"] = {k: str(out / f"study_report.{k}") for k in ("md", "html", "json")}
-    rep["markdown"] = md
-    return rep
-
-
 @flow(name="study", log_prints=False)
 def study(config: str, study_id: str | None = None, task_runner: str = "local", progress: bool = True
           ) -> dict[str, Any]:
@@ -145,7 +125,7 @@ def study(config: str, study_id: str | None = None, task_runner: str = "local", 
     wait([f for _, f in futures])
     bar.close()
     status = finish_study(st)
-    rep = write_report(st, st.settings.store, st.settings.out_dir, embedded=st.settings.warm_start is not None)
+    rep = rp.write_report(st.id, st.settings.store, st.settings.out_dir, embedded=st.settings.warm_start is not None)
     create_markdown_artifact(key=f"study-{_slug(st.id)}", markdown=rep["markdown"],
                              description=f"study {st.id} report")
     _log(f"study {st.id}: {status}; report {rep['files']['md']} and {rep['files']['html']}")

@@ -29,16 +29,18 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import psutil
 import yaml
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.logs import log as _log
+from flows.export_evaluation import emit_checkpoint_event
+from flows.run_log import log as _log
 
-from prl import logs
+from prl import log_routing
+from prl.training import exports
 from prl.training.config import RunConfig
 
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
@@ -134,16 +136,27 @@ def _high_water(pid: int) -> int:
     return 0
 
 
-def run_monitored(cmd: list[str], env: dict[str, str] | None = None, *,
-                  interval: float = SAMPLE_INTERVAL_S) -> Monitored:
+def run_monitored(cmd: list[str], env: dict[str, str] | None = None, *, interval: float = SAMPLE_INTERVAL_S,
+                  on_line: Callable[[str], None] | None = None) -> Monitored:
     """Run ``cmd`` (stdout captured, stderr inherited) and wait for it, sampling the resident memory of it
     and its descendants (psutil) every ``interval`` seconds. The peak is the larger of the sampled sums and
     each process's own high-water mark seen (which also counts a spike between two samples; not one after
-    the last). Descendants left running after it failed are ended. Ctrl-C kills it and re-raises."""
+    the last). Descendants left running after it failed are ended. Ctrl-C kills it and re-raises.
+    ``on_line(line)`` sees each stdout line as it arrives (an exception in it is reported, not raised)."""
     started = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), name=f"stdout-{proc.pid}", daemon=True)
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if on_line is not None:
+                try:
+                    on_line(line)
+                except Exception as e:  # noqa: BLE001 - the process's output is still collected
+                    print(f"[train] WARNING: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
+    reader = threading.Thread(target=read, name=f"stdout-{proc.pid}", daemon=True)
     reader.start()
     sampler = _TreeSampler(proc.pid, interval)
     sampler.start()
@@ -304,7 +317,7 @@ def training_failure(rc: RunConfig, mon: Monitored, *, available: int | None = N
     lines = [head]
     if kernel:
         lines.append(f"  kernel log: {kernel}")
-    log_file = logs.current_log_file()
+    log_file = log_routing.current_log_file()
     lines.append(f"  log: {log_file}" if log_file else "  log: none; the training process wrote to this stderr")
     if signame == "SIGKILL" or close:
         lines.append("  to use less memory, change the config's train: section (now in brackets): "
@@ -343,7 +356,7 @@ def launch(rc: RunConfig, *, resume: bool, progress: bool) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "prl.training.train", "--config", str(config)]
     cmd += ["--resume"] * resume + ["--no-progress"] * (not progress)
     available = psutil.virtual_memory().available
-    mon = run_monitored(cmd, env)
+    mon = run_monitored(cmd, env, on_line=announce_export)
     if mon.returncode != 0:
         raise training_failure(rc, mon, available=available, config=config)
     result = json.loads(mon.stdout.strip().splitlines()[-1])
@@ -351,6 +364,14 @@ def launch(rc: RunConfig, *, resume: bool, progress: bool) -> dict[str, Any]:
          + (f" (resumed after step {result['resumed_from_step']})" if result.get("resumed_from_step") else "")
          + f"; peak memory {_size(mon.peak_rss)}")
     return result
+
+
+def announce_export(line: str) -> None:
+    """A checkpoint export the training script reported (``prl.training.exports.announcement``) as the Prefect
+    event that the ``evaluate-checkpoint`` automation follows; other lines are ignored."""
+    record = exports.read_announcement(line)
+    if record is not None and emit_checkpoint_event(record, log=_log):
+        _log(f"[train] step {record['step']}: event {exports.CHECKPOINT_EVENT} sent")
 
 
 @task(name="train-run", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=5)

@@ -54,6 +54,15 @@ def include_fields(*records: type):
     return add
 
 
+def same_as(record: type, name: str) -> Any:
+    """A field declared in its own place (``n: int = same_as(SamplingConfig, "n")``) whose default, metadata and
+    docstring are those of ``record``'s field ``name``: one field of a record that a config repeats, without
+    restating its default or its help."""
+    f = {f.name: f for f in dataclasses.fields(record)}[name]
+    return dataclasses.field(default=f.default, default_factory=f.default_factory,
+                             metadata={**f.metadata, "same_as": record})
+
+
 def flag_names(cls: type) -> tuple[str, ...]:
     """The fields of dataclass ``cls`` a command exposes as options: all but those marked :data:`NO_FLAG`."""
     return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("flag", True) is not False)
@@ -72,6 +81,9 @@ def field_docs(cls: type) -> dict[str, str]:
             docs[node.target.id] = text.split(". ")[0]
     for record in cls.__dict__.get("__included__", ()):
         docs.update(field_docs(record))
+    for f in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
+        if "same_as" in f.metadata:
+            docs[f.name] = field_docs(f.metadata["same_as"])[f.name]
     return docs
 
 

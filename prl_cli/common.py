@@ -25,12 +25,12 @@ def print_json(result: Any) -> None:
 def run_flow(log_file: str | Path, run: Callable[[], Any], *, show: Callable[[Any], None] = print_json,
              next_hint: Callable[[Any], str] | None = None) -> int:
     """Run a flow (``run``) as every command that runs one does: library messages to the run's log file
-    (``prl.logs.log_to``), library chatter printed to stdout moved to stderr while it runs (stdout carries
+    (``prl.log_routing.log_to``), library chatter printed to stdout moved to stderr while it runs (stdout carries
     the result), the result shown on stdout (JSON by default), then the command to run next on stderr.
     The environment Prefect needs is set once for every command by ``prl_cli.main.main``."""
-    from prl import logs
+    from prl import log_routing
 
-    logs.log_to(Path(log_file))
+    log_routing.log_to(Path(log_file))
     with contextlib.redirect_stdout(sys.stderr):
         result = run()
     show(result)

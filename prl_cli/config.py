@@ -18,9 +18,9 @@ class CheckOptions:
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
-    from prl_core.config import AlgorithmConfig
+    from prl.config_files import load_algorithm_config
 
-    print(json.dumps(AlgorithmConfig.from_yaml(args.file).to_dict(), indent=2))  # a ConfigError: main's one line
+    print(json.dumps(load_algorithm_config(args.file).to_dict(), indent=2))  # a ConfigError: main's one line
     return 0
 
 

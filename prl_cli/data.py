@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from prl.data.synthetic import TEST_SIZE, TRAIN_SIZE
 from prl.options import add_config_arguments
 
 
@@ -14,19 +15,19 @@ class SynthOptions:
 
     out: str
     """Output directory."""
-    train: int = 20000
+    train: int = TRAIN_SIZE
     """Training problems."""
-    test: int = 400
-    """Test problems (default 400 = the whole test split)."""
+    test: int = TEST_SIZE
+    """Test problems, up to the whole test split."""
     seed: int = 0
     """Seed of the generator."""
 
 
 def _cmd_data_synth(args: argparse.Namespace) -> int:
-    from prl.data import synthetic as task
+    from prl.data import synthetic
 
     for split, n in (("train", args.train), ("test", args.test)):
-        path = task.write_jsonl(task.generate(split, n, seed=args.seed), f"{args.out}/synth_{split}.jsonl")
+        path = synthetic.write_jsonl(synthetic.generate(split, n, seed=args.seed), f"{args.out}/synth_{split}.jsonl")
         print(f"wrote {n} {split} problems to {path}")
     return 0
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from prl.evaluation.config import EVAL_DTYPES, TASK_RUNNERS, EvalConfig
-from prl.evaluation.steps import preflight
+from prl.evaluation.stages import preflight
 from prl.generation.engines.base import ENGINE_KINDS
 from prl.options import add_config_arguments, config_kwargs
 

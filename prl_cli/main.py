@@ -68,11 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    from prl import logs
+    from prl import log_routing
 
-    # Commands with a run directory add its log file (logs.log_to). An error printed below as one line is not
+    # Commands with a run directory add its log file (log_routing.log_to). An error printed below as one line is not
     # also shown as a library's traceback (Prefect logs one for the failed flow run): that goes to the file.
-    logs.configure(None, verbose=args.verbose, reported=_is_user_error)
+    log_routing.configure(None, verbose=args.verbose, reported=_is_user_error)
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -85,11 +85,11 @@ def main(argv: list[str] | None = None) -> int:
         if _is_user_error(e):
             print(f"error: {e}", file=sys.stderr)
             return 2
-        if logs.current_log_file() is not None:
-            print(f"(library messages of this run: {logs.current_log_file()})", file=sys.stderr)
+        if log_routing.current_log_file() is not None:
+            print(f"(library messages of this run: {log_routing.current_log_file()})", file=sys.stderr)
         raise
     finally:
-        logs.reset()
+        log_routing.reset()
 
 
 def _is_user_error(e: BaseException) -> bool:

@@ -121,6 +121,8 @@ def register(sub) -> None:
         help="warm-start a model on the synthetic task, reporting accuracy before/after",
         description="Supervised fine-tuning on the synthetic task's solutions (loss on the response only), then "
         "save to --out with sft_report.json holding the held-out accuracy before and after (greedy and sampled). "
+        "This is the SFT stage of the demo's and the studies' warm start (prl.training.config.WarmStart), which "
+        "runs it on the tiny model with --direct-frac 0.5. "
         "Example: prl model sft --model models/tiny --out models/tiny-sft",
     )
     add_config_arguments(m, SFTPaths)

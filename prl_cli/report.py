@@ -48,7 +48,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     store = Store(args.db, create=False)
     if args.study:
-        from flows.study import write_report
+        from prl.studies.report import write_report
 
         rep = write_report(args.study, args.db, args.out or Path(args.db).parent)
         if args.json:

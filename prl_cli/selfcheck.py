@@ -22,7 +22,7 @@ def _cmd_selfcheck(args: argparse.Namespace) -> int:
 
     from prl_core import worked_example
     from prl_core.advantages import group_advantages, prl_advantages
-    from prl_core.steps import step_boundaries
+    from prl_core.boundaries import step_boundaries
 
     got = worked_example.compute()
     width = max(map(len, got))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prl.generation.engines.base import check_model_dir
-from prl import logs
+from prl import log_routing
 from prl.options import add_config_arguments, option
 from prl.training.config import add_run_arguments, run_config_from_args
 from prl.training.memory import GPUS
@@ -41,7 +41,7 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
     from prl.training import dry_run
 
     cfg = run_config_from_args(args)
-    logs.log_to(Path(cfg.train.out_dir).with_name(Path(cfg.train.out_dir).name + ".dry-run.log"))
+    log_routing.log_to(Path(cfg.train.out_dir).with_name(Path(cfg.train.out_dir).name + ".dry-run.log"))
     with contextlib.redirect_stdout(sys.stderr):  # library chatter off stdout, which carries the plan
         plan = dry_run.plan(cfg, gpus_per_node=args.gpus_per_node, nodes=args.nodes, device=args.device)
     print(json.dumps(plan, indent=2, default=str) if args.json else dry_run.render(plan))

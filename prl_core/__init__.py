@@ -2,7 +2,7 @@
 
 Public API:
     group_advantages, suffix_sums, prl_advantages, fill_segments, raft_select   (advantages)
-    step_boundaries, parse_split                                                 (steps)
+    step_boundaries, parse_split                                                 (boundaries)
     ppo_clip_loss, sft_loss, token_entropy, kl_penalty, aggregate, masked_mean   (losses)
     token_logprobs                                                               (logprobs)
     AlgorithmConfig, ConfigError                                                 (config)
@@ -18,8 +18,8 @@ _HOMES = {
     "raft_select": "advantages", "suffix_sums": "advantages", "AlgorithmConfig": "config", "ConfigError": "config",
     "ESTIMATORS": "estimators", "compute_advantages": "estimators", "get_estimator": "estimators",
     "token_logprobs": "logprobs", "aggregate": "losses", "kl_penalty": "losses", "masked_mean": "losses",
-    "ppo_clip_loss": "losses", "sft_loss": "losses", "token_entropy": "losses", "StepSplit": "steps",
-    "parse_split": "steps", "step_boundaries": "steps", "UserError": "errors",
+    "ppo_clip_loss": "losses", "sft_loss": "losses", "token_entropy": "losses", "StepSplit": "boundaries",
+    "parse_split": "boundaries", "step_boundaries": "boundaries", "UserError": "errors",
 }
 """Each public name's module. Imported when first used (PEP 562), so that ``prl_core.errors`` (the CLI's
 user-error base) and the configs load without torch."""

@@ -4,17 +4,9 @@ Shapes: B responses (rows), T columns; ``mask`` (B, T) bool marks response token
 A *group* is the n responses of one prompt, identified by ``group_ids`` (B,) long.
 Nothing here takes gradients: every result is computed under ``torch.no_grad``.
 
-One general path for step splits (issue 14): a split string becomes a boundary mask through
-:func:`~prl_core.steps.step_boundaries` and takes the same boundary/fill code as an explicit
-mask. The chunked ``fixed:N`` fast path for right-padded rows was removed, because it never
-mattered at the level of a training step. At the measured step (bench/train_step.py: 80
-rollouts ≤ 45 tokens, ``fixed:8``; advantages + PPO update 461 ms) the general path took
-0.63–0.97 ms vs 0.40–0.64 ms (alternating timings, 2 loaded CPU cores): +0.2–0.4 ms, < 0.1 %
-of the step. At the paper's shape (B = 640, L = 3072, ``fixed:256``)
-bench/results/advantages.json has 2.0–2.3 ms (fast) vs 4.2–16 ms + 3.5–4.1 ms for
-step_boundaries (general): +6–18 ms, against an update over ~1.2 M tokens that is ~1e16 FLOP
-for a 1.5B model (an estimate: tens of seconds on one GPU). The fast path also had its own NaN handling, and it was wrong: an
-empty row with NaN padding came out NaN, not 0. Token level (``boundaries=None``) keeps its
+Step splits take one path: a split string becomes a boundary mask through
+:func:`~prl_core.boundaries.step_boundaries` and goes through the same boundary/fill code as an explicit
+mask (an empty row gives 0, whatever its padding holds). Token level (``boundaries=None``) keeps its
 direct formula ρ = A − S/η: there is nothing to fill, and it is the definition itself.
 """
 
@@ -27,7 +19,7 @@ import torch
 from ._checks import (
     require_choice, require_eta, require_float, require_group_ids, require_mask, require_rollout_batch,
 )
-from .steps import StepSplit, parse_split, step_boundaries
+from .boundaries import StepSplit, parse_split, step_boundaries
 
 ORDERS = ("advantage_first", "process_first")
 
@@ -251,7 +243,7 @@ def prl_advantages(
         logp_ref: (B, T) float frozen-reference log-probs of the same tokens.
         mask: (B, T) bool response-token mask. Values outside it are ignored (may be NaN).
         eta: inverse KL strength (> 0; ``math.inf`` switches the KL term off).
-        boundaries: (B, T) bool step boundaries from :func:`prl_core.steps.step_boundaries`;
+        boundaries: (B, T) bool step boundaries from :func:`prl_core.boundaries.step_boundaries`;
             None means token level (every token is a step). A split string ``"token"`` or
             ``"fixed:N"`` is also accepted and gives the same result (it is turned into the
             boundary mask with ``step_boundaries``).

@@ -1,7 +1,7 @@
 """Typed configuration of the policy-optimisation algorithm, validated up front.
 
-Loaded from the ``algorithm:`` section of a YAML file (``configs/algorithm/*.yaml``) or built
-in code. Every cross-field rule says how to fix the problem, e.g. a ``step_split`` given with a
+Built from a mapping (:meth:`AlgorithmConfig.from_dict`: the ``algorithm:`` section of a config file, which
+``prl.config_files.load_algorithm_config`` reads) or in code. Every cross-field rule says how to fix the problem, e.g. a ``step_split`` given with a
 non-PRL estimator is refused instead of silently training GRPO.
 """
 
@@ -11,16 +11,13 @@ from .errors import UserError
 import dataclasses
 import math
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from ._checks import require_eta
 from .advantages import ORDERS
 from .estimators import ESTIMATORS, estimator_names, group_size_error
 from .losses import AGGREGATIONS, KL_ESTIMATORS
-from .steps import parse_split
+from .boundaries import parse_split
 
 
 
@@ -125,7 +122,7 @@ class AlgorithmConfig:
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ConfigError(f"kl_estimator: expected one of {', '.join(KL_ESTIMATORS)}, got {self.kl_estimator!r}")
 
-    # ── I/O ────────────────────────────────────────────────────────────────────────
+    # ── from and to mappings ────────────────────────────────────────────────────────────────────────
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> "AlgorithmConfig":
         """Build from a mapping; unknown keys and wrong types are errors naming ``source`` and the key."""
@@ -139,22 +136,6 @@ class AlgorithmConfig:
             return cls(**data)
         except ConfigError as e:
             raise ConfigError(f"{source}: {e}") from None
-
-    @classmethod
-    def from_yaml(cls, path: str | Path, section: str = "algorithm") -> "AlgorithmConfig":
-        """Load the ``section`` mapping of a YAML file (or the whole file if it has no such key)."""
-        path = Path(path)
-        try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file") from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f" line {mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"{path}:{where} invalid YAML: {getattr(e, 'problem', e)}") from None
-        if isinstance(doc, dict) and section in doc:
-            doc = doc[section]
-        return cls.from_dict(doc if doc is not None else {}, source=str(path))
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -14,13 +14,6 @@ INSERT INTO problems (dataset, problem_id, problem, gold, gold_normalized, meta)
 VALUES ($dataset, $problem_id, $problem, $gold, $gold_normalized, $meta)
 ON CONFLICT DO NOTHING;
 
--- name: insert_sample
-INSERT INTO samples (run_id, dataset, problem_id, sample_idx, response, extracted_answer, verdict, score,
-                     n_tokens, finish_reason, verify_ms)
-VALUES ($run_id, $dataset, $problem_id, $sample_idx, $response, $extracted_answer, $verdict, $score,
-        $n_tokens, $finish_reason, $verify_ms)
-ON CONFLICT DO NOTHING;
-
 -- name: stored_sample_keys
 SELECT dataset, problem_id, sample_idx FROM samples WHERE run_id = $run_id;
 
@@ -30,13 +23,6 @@ INSERT INTO train_metrics BY NAME SELECT * FROM incoming_rows ON CONFLICT DO NOT
 
 -- name: dataset_metrics_for_run
 SELECT dataset, problems, n, average_at_n, pass_at_n FROM dataset_metrics WHERE run_id = $run_id ORDER BY dataset;
-
--- name: problem_outcomes_for_run
-SELECT dataset, problem_id, n, c, average FROM problem_outcomes WHERE run_id = $run_id ORDER BY dataset, problem_id;
-
--- name: verdict_counts
-SELECT dataset, verdict, count(*) AS samples FROM samples WHERE run_id = $run_id GROUP BY dataset, verdict
-ORDER BY dataset, verdict;
 
 -- name: count_samples
 SELECT count(*) FROM samples;
@@ -96,9 +82,6 @@ DELETE FROM train_metrics WHERE run_id = $run_id AND step > $step;
 
 -- name: delete_segments_after
 DELETE FROM prl_segments WHERE run_id = $run_id AND step > $step;
-
--- name: train_metrics_for_run
-SELECT step, name, value FROM train_metrics WHERE run_id = $run_id ORDER BY step, name;
 
 -- name: train_steps_for_run
 SELECT DISTINCT step FROM train_metrics WHERE run_id = $run_id ORDER BY step;

@@ -71,7 +71,7 @@ def run_two_ranks(model: Path, tmp_path: Path, *, zero_stage: int, dtype: str, p
     ranks = tmp_path / name / "ranks"
     db = Store(tmp_path / "store.duckdb", create=False)
     metrics: dict[int, dict[str, float]] = {}
-    for step, metric, value in db.rows("train_metrics_for_run", run_id=name):
+    for _run, step, metric, value in db.rows("train_metrics_for_runs", run_ids=[name]):
         metrics.setdefault(step, {})[metric] = value
     return {"name": name, "db": db, "metrics": metrics, "out": tmp_path / name,
             "manifest": json.loads(db.rows("get_run", run_id=name)[0][6]),

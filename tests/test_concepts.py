@@ -26,7 +26,7 @@ import pytest
 from prl.data.synthetic import shows_working
 from prl.evaluation.config import EvalConfig
 from prl.evaluation.report import run_scores
-from prl.evaluation.steps import eval_manifest
+from prl.evaluation.stages import eval_manifest
 from prl.generation.prompts import prompt_record
 from prl.grading.relevance import SUSPICIOUS_BELOW, is_suspicious_pass
 from prl.grading.verifier import VERDICTS

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from prl_core import AlgorithmConfig, ConfigError
+from prl.config_files import load_algorithm_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,26 +59,26 @@ def test_every_field_has_a_one_line_doc():
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs" / "algorithm").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_are_valid(path):
-    cfg = AlgorithmConfig.from_yaml(path)
+    cfg = load_algorithm_config(path)
     assert cfg.estimator in path.stem
 
 
 def test_yaml_errors_name_file_line_and_key(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("algorithm:\n  estimator: prl\n  eta: [1\n")
-    with pytest.raises(ConfigError, match=r"bad\.yaml: line \d+ invalid YAML"):
-        AlgorithmConfig.from_yaml(bad)
+    with pytest.raises(ConfigError, match=r"bad\.yaml:\d+: invalid YAML"):
+        load_algorithm_config(bad)
     bad.write_text("algorithm:\n  estimator: grpo\n  step_split: fixed:256\n")
     with pytest.raises(ConfigError, match=r"bad\.yaml: step_split: only used by the PRL estimator"):
-        AlgorithmConfig.from_yaml(bad)
+        load_algorithm_config(bad)
     bad.write_text("algorithm:\n  estimator: prl\n  eta: 100\n  etta: 3\n")
     with pytest.raises(ConfigError, match=r"bad\.yaml: unknown key\(s\) etta"):
-        AlgorithmConfig.from_yaml(bad)
+        load_algorithm_config(bad)
     bad.write_text("algorithm:\n  estimator: prl\n  eta: 100\n  clip_low: yes\n")
     with pytest.raises(ConfigError, match=r"bad\.yaml: clip_low: expected float, got bool"):
-        AlgorithmConfig.from_yaml(bad)
+        load_algorithm_config(bad)
     with pytest.raises(ConfigError, match=r"missing\.yaml: no such config file"):
-        AlgorithmConfig.from_yaml(tmp_path / "missing.yaml")
+        load_algorithm_config(tmp_path / "missing.yaml")
 
 
 def test_to_dict_round_trips():

@@ -325,6 +325,30 @@ print("done", flush=True)
 """
 
 
+def test_aggregates_are_cached_until_the_store_changes(tmp_path, monkeypatch):
+    """A page load recomputes a cached result (the bootstrap CIs among them) only after a write to the store."""
+    import streamlit as st
+
+    from dashboard import ui
+    from prl.store.db import Store
+
+    db = str(tmp_path / "store.duckdb")
+
+    def add_run(run_id):
+        with Store(db) as store:
+            store.execute("upsert_run", run_id=run_id, kind="eval", model="m", status="running", config={},
+                          manifest={}, parent_run_id=None, train_step=None)
+
+    add_run("a")
+    calls = []
+    monkeypatch.setattr(data, "runs", lambda db: calls.append(db) or len(calls))
+    st.cache_data.clear()
+    assert [ui.runs(db), ui.runs(db), ui.runs(db)] == [1, 1, 1]  # one computation while nothing changes
+    time.sleep(0.01)
+    add_run("b")
+    assert [ui.runs(db), ui.runs(db)] == [2, 2]  # recomputed once after the write
+
+
 def test_pages_work_while_a_flow_writes(tmp_path, monkeypatch):
     """A real writer process inserts samples while the pages' queries run: no lock errors, fresh rows."""
     from streamlit.testing.v1 import AppTest

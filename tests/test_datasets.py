@@ -118,7 +118,7 @@ def test_an_evaluation_flags_the_golds_of_the_problems_it_uses():
     """``load_problems`` parses only the golds of the slice a run evaluates, with the same flags as the
     whole file's."""
     from prl.evaluation.config import EvalConfig
-    from prl.evaluation.steps import load_problems
+    from prl.evaluation.stages import load_problems
 
     whole, _ = load_dataset("minerva_math")
     cfg = EvalConfig(model="unused", datasets=("minerva_math:40", "amc23:3"), n=1, db="unused.duckdb")

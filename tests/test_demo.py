@@ -40,7 +40,7 @@ def test_small_demo_writes_its_store_and_result_file(tmp_path, prefect_harness):
 
     store = Store(out / "store.duckdb", create=False)
     for est in ("prl", "grpo"):
-        steps = {step for step, *_ in store.rows("train_metrics_for_run", run_id=f"demo-train-{est}")}
+        steps = {step for step, in store.rows("train_steps_for_run", run_id=f"demo-train-{est}")}
         assert steps == {1, 2, 3}
     for name in ("warm_start", "grpo", "prl"):
         counts = store.rows("stored_counts_for_run", run_id=f"demo-eval-{name}")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from prl.data import synthetic as task
+from prl.data import synthetic
 from prl.generation.engines import EngineError, PromptError, Sample, SamplingConfig, make_engine
 from prl.generation.engines.base import prompt_seeds
 from prl.generation.generate import GenerateInputError, manifest_path, read_problems, run_generate
@@ -61,7 +61,7 @@ def hf(tiny):
 
 @pytest.fixture(scope="module")
 def prompts(hf) -> list[str]:
-    return hf.build_prompts([r["problem"] for r in task.generate("test", 6)])
+    return hf.build_prompts([r["problem"] for r in synthetic.generate("test", 6)])
 
 
 _REF_MODELS: dict[str, object] = {}
@@ -228,7 +228,7 @@ def test_model_without_chat_template(tiny, tmp_path):
     bos = engine.tokenizer.bos_token or ""
     assert prompt == f"{bos}{SYSTEM_PROMPT}\n\nWhat is 1+1?{USER_SUFFIX}\n\n"
     assert engine.prompt_format == "plain" and engine.template_hash() == template_hash(engine.tokenizer)
-    problems = task.write_jsonl(task.generate("test", 2), tmp_path / "p.jsonl")
+    problems = synthetic.write_jsonl(synthetic.generate("test", 2), tmp_path / "p.jsonl")
     manifest = run_generate(d, problems, tmp_path / "out.jsonl", engine=engine, n=1, max_tokens=4, log=None,
                             progress=False)
     assert manifest["prompt"]["format"] == "plain" and manifest["prompt"]["template"] == PLAIN_TEMPLATE
@@ -406,8 +406,8 @@ def test_read_problems_reports_file_line_and_field(tmp_path):
 
 
 def test_run_generate_writes_samples_and_manifest(tiny, tmp_path):
-    records = task.generate("test", 5)
-    problems = task.write_jsonl(records, tmp_path / "p.jsonl")
+    records = synthetic.generate("test", 5)
+    problems = synthetic.write_jsonl(records, tmp_path / "p.jsonl")
     out = tmp_path / "run" / "samples.jsonl"
     manifest = run_generate(tiny, problems, out, engine="hf", n=3, max_tokens=16, seed=4, log=None, progress=False)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -440,7 +440,7 @@ def test_generate_cli(tiny, tmp_path, capsys):
     for flag in ("--model", "--prompts", "--n", "--engine", "--out", "--temperature", "--top-p", "--max-tokens",
                  "--seed", "{vllm,hf}"):
         assert flag in helptext
-    problems = task.write_jsonl(task.generate("test", 3), tmp_path / "p.jsonl")
+    problems = synthetic.write_jsonl(synthetic.generate("test", 3), tmp_path / "p.jsonl")
     out = tmp_path / "s.jsonl"
     args = ["--model", str(tiny), "--prompts", str(problems), "--out", str(out), "--engine", "hf", "--n", "2",
             "--max-tokens", "8", "--quiet"]
@@ -549,7 +549,7 @@ class TestVLLM:
         assert len({tuple(s.token_ids) for s in a}) > len(prompts)  # samples of one prompt differ
 
     def test_run_generate_with_running_engine(self, vllm, tiny, tmp_path):
-        problems = task.write_jsonl(task.generate("test", 4), tmp_path / "p.jsonl")
+        problems = synthetic.write_jsonl(synthetic.generate("test", 4), tmp_path / "p.jsonl")
         out = tmp_path / "s.jsonl"
         manifest = run_generate(tiny, problems, out, engine=vllm, n=2, max_tokens=12, log=None, progress=False)
         rows = [json.loads(line) for line in out.read_text().splitlines()]

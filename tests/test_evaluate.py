@@ -113,7 +113,7 @@ def test_prl_eval_runs_a_bf16_checkpoint_in_bf16_and_a_float32_one_under_its_old
     forced = _prl_eval(capsys, bf16, db, "--dtype", "float32")
     assert forced["run_id"] != auto["run_id"] and forced["samples_added"] == 2
     assert _stored_dtypes(db, forced["run_id"]) == ("float32", "float32", "float32")
-    from prl.evaluation.steps import preflight
+    from prl.evaluation.stages import preflight
 
     with pytest.raises(EvalError, match=r"dtype 'bfloat16' → 'float32'.*--dtype bfloat16 resumes this run"):
         preflight(EvalConfig(model=str(bf16), datasets=("synth_test",), n=1, max_tokens=8, engine="hf", db=str(db),

@@ -135,11 +135,11 @@ def test_cached_model_is_reused_without_converting(smollm2_dir):
 def test_tokenizer_round_trip_and_chat_template(smollm2_dir, gguf_tokenizer):
     from transformers import AutoTokenizer
 
-    from prl.data import synthetic as task
+    from prl.data import synthetic
 
     saved = AutoTokenizer.from_pretrained(str(smollm2_dir))  # what vLLM and the trainer load
     assert saved.chat_template == gguf_tokenizer.chat_template and "<|im_start|>" in saved.chat_template
-    problems = [r["problem"] for r in task.generate("test", 4)] + ["Find $x$ if $2x + 3 = 11$. (café, 数学)"]
+    problems = [r["problem"] for r in synthetic.generate("test", 4)] + ["Find $x$ if $2x + 3 = 11$. (café, 数学)"]
     for problem in problems:
         prompt = build_prompt(saved, problem)
         assert prompt == build_prompt(gguf_tokenizer, problem)

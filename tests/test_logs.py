@@ -1,4 +1,4 @@
-"""Where log records go (prl/logs.py, issue 14): our lines on the console, third-party chatter in the log file.
+"""Where log records go (prl/log_routing.py): our lines on the console, third-party chatter in the log file.
 
 The unit tests emit records as the libraries do (vLLM's non-propagating logger, DeepSpeed's logger with its
 own stdout handler, Prefect's run loggers, Python warnings, a C++-style write to file descriptor 2). The
@@ -17,22 +17,22 @@ from pathlib import Path
 
 import pytest
 
-from prl import logs
+from prl import log_routing
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
 def routed(tmp_path):
-    """prl.logs configured with a log file; undone afterwards."""
-    logs.reset()
+    """prl.log_routing configured with a log file; undone afterwards."""
+    log_routing.reset()
     yield tmp_path / "run" / "run.log"
-    logs.reset()
+    log_routing.reset()
 
 
 def _emit_like_the_libraries(prefect_from_our_file: bool = True) -> None:
     vllm = logging.getLogger("vllm")
-    handler = logs.RoutedHandler()
+    handler = log_routing.RoutedHandler()
     vllm.addHandler(handler)
     propagate, level = vllm.propagate, vllm.level
     vllm.propagate = False
@@ -69,9 +69,9 @@ def _emit_like_the_libraries(prefect_from_our_file: bool = True) -> None:
 
 
 def test_third_party_records_go_to_the_file_ours_stay_on_the_console(routed, capsys, monkeypatch):
-    monkeypatch.setattr(logs, "_is_our_file", lambda path: False)  # this test file is not 'our code'
-    logs.configure(None)
-    path = logs.log_to(routed)
+    monkeypatch.setattr(log_routing, "_is_our_file", lambda path: False)  # this test file is not 'our code'
+    log_routing.configure(None)
+    path = log_routing.log_to(routed)
     assert path == routed.resolve() and routed.exists()
     _emit_like_the_libraries()
     out = capsys.readouterr()
@@ -90,9 +90,9 @@ def test_third_party_records_go_to_the_file_ours_stay_on_the_console(routed, cap
 
 
 def test_verbose_keeps_everything_on_the_console(routed, capsys, monkeypatch):
-    monkeypatch.setattr(logs, "_is_our_file", lambda path: False)
-    logs.configure(None, verbose=True)
-    logs.log_to(routed)
+    monkeypatch.setattr(log_routing, "_is_our_file", lambda path: False)
+    log_routing.configure(None, verbose=True)
+    log_routing.log_to(routed)
     _emit_like_the_libraries()
     err = capsys.readouterr().err
     for text in ("Triton is not installed", "Setting accelerator", "reduce_op", "Finished in state"):
@@ -101,59 +101,59 @@ def test_verbose_keeps_everything_on_the_console(routed, capsys, monkeypatch):
 
 
 def test_without_a_log_file_nothing_is_hidden(capsys, monkeypatch):
-    logs.reset()
-    monkeypatch.setattr(logs, "_is_our_file", lambda path: False)
-    logs.configure(None)
+    log_routing.reset()
+    monkeypatch.setattr(log_routing, "_is_our_file", lambda path: False)
+    log_routing.configure(None)
     try:
         _emit_like_the_libraries()
     finally:
-        logs.reset()
+        log_routing.reset()
     err = capsys.readouterr().err
     assert "Triton is not installed" in err and "reduce_op" in err
 
 
 def test_prefect_run_logger_lines_from_our_code_are_ours():
-    record = logging.LogRecord("prefect.flow_runs", logging.INFO, str(ROOT / "flows" / "logs.py"), 1, "run x", None, None)
-    assert logs.is_ours(record)
+    record = logging.LogRecord("prefect.flow_runs", logging.INFO, str(ROOT / "flows" / "run_log.py"), 1, "run x", None, None)
+    assert log_routing.is_ours(record)
     record.pathname = "/venv/lib/python3.11/site-packages/prefect/task_engine.py"
-    assert not logs.is_ours(record)
-    assert logs.is_ours(logging.LogRecord("prl.training", logging.INFO, "x.py", 1, "m", None, None))
+    assert not log_routing.is_ours(record)
+    assert log_routing.is_ours(logging.LogRecord("prl.training", logging.INFO, "x.py", 1, "m", None, None))
 
 
 def test_reset_puts_everything_back(routed):
     root = logging.getLogger()
     before = list(root.handlers)
     captured = getattr(logging, "_warnings_showwarning", None) is not None
-    logs.configure(routed)
-    assert len(root.handlers) >= len(before) + 1 and logs.current_log_file() is not None
-    logs.reset()
-    assert root.handlers == before and logs.current_log_file() is None
+    log_routing.configure(routed)
+    assert len(root.handlers) >= len(before) + 1 and log_routing.current_log_file() is not None
+    log_routing.reset()
+    assert root.handlers == before and log_routing.current_log_file() is None
     assert (getattr(logging, "_warnings_showwarning", None) is not None) == captured
-    assert logs._REROUTE not in logging.getLogger("DeepSpeed").filters
+    assert log_routing._REROUTE not in logging.getLogger("DeepSpeed").filters
 
 
 def test_child_processes_get_the_log_file_through_the_environment(routed, monkeypatch):
     """The demo and the train flow launch the training script in its own process; it calls
     configure_from_env and writes its library messages into the same file."""
-    monkeypatch.delenv(logs.LOG_FILE_ENV, raising=False)
-    monkeypatch.delenv(logs.VERBOSE_ENV, raising=False)
-    assert logs.configure_from_env() is None and logs.current_log_file() is None  # nothing asked: untouched
-    path = logs.configure(routed)
-    assert os.environ[logs.LOG_FILE_ENV] == str(path) and logs.VERBOSE_ENV not in os.environ
-    child = subprocess.run([sys.executable, "-c", "import logging, sys; from prl import logs; "
-                            "logs.configure_from_env(); logging.getLogger('torch.distributed').warning('from the child'); "
+    monkeypatch.delenv(log_routing.LOG_FILE_ENV, raising=False)
+    monkeypatch.delenv(log_routing.VERBOSE_ENV, raising=False)
+    assert log_routing.configure_from_env() is None and log_routing.current_log_file() is None  # nothing asked: untouched
+    path = log_routing.configure(routed)
+    assert os.environ[log_routing.LOG_FILE_ENV] == str(path) and log_routing.VERBOSE_ENV not in os.environ
+    child = subprocess.run([sys.executable, "-c", "import logging, sys; from prl import log_routing; "
+                            "log_routing.configure_from_env(); logging.getLogger('torch.distributed').warning('from the child'); "
                             "print('step line', file=sys.stderr)"],
                            capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert child.returncode == 0, child.stderr
     assert "from the child" not in child.stderr and "step line" in child.stderr
     assert "WARNING torch.distributed: from the child" in path.read_text()
-    logs.reset()
-    assert logs.LOG_FILE_ENV not in os.environ
+    log_routing.reset()
+    assert log_routing.LOG_FILE_ENV not in os.environ
 
 
 def test_stderr_to_log_takes_what_bypasses_logging(routed, capfd):
-    logs.configure(routed)
-    with logs.stderr_to_log():
+    log_routing.configure(routed)
+    with log_routing.stderr_to_log():
         os.write(2, b"[W1201 utils.cpp:68] Warning: NUMA binding\n")  # as C++ code writes
         print("Loading safetensors checkpoint shards: 100%", file=sys.__stderr__, flush=True)  # tqdm, on fd 2
     os.write(2, b"after the block\n")
@@ -164,8 +164,8 @@ def test_stderr_to_log_takes_what_bypasses_logging(routed, capfd):
 
 
 def test_stderr_to_log_is_a_no_op_when_verbose(routed, capfd):
-    logs.configure(routed, verbose=True)
-    with logs.stderr_to_log():
+    log_routing.configure(routed, verbose=True)
+    with log_routing.stderr_to_log():
         os.write(2, b"NUMA binding\n")
     assert "NUMA binding" in capfd.readouterr().err
 

@@ -117,7 +117,7 @@ def _checkpoint_trigger(tmp_path, model, env, prefect) -> None:
     import yaml
 
     from prl.store.db import Store
-    from prl.training.checkpoints import CHECKPOINT_EVENT
+    from prl.training.exports import CHECKPOINT_EVENT
 
     wide = {**env, "COLUMNS": "300"}  # Prefect's tables truncate cells ("CO…") to the terminal's width
     r = subprocess.run([prefect, "automation", "ls"], cwd=ROOT, env=wide, capture_output=True, text=True, timeout=120)

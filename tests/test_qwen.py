@@ -22,7 +22,7 @@ import torch
 from prl.generation.prompts import build_prompt
 from prl.models.qwen import asset_path
 from prl.models.tiny import file_hashes
-from prl_core.steps import step_boundaries
+from prl_core.boundaries import step_boundaries
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = sorted((ROOT / "prl" / "data" / "benchmarks").glob("*.jsonl"))

@@ -16,7 +16,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from prl_core.steps import step_boundaries
+from prl_core.boundaries import step_boundaries
 
 from prl.generation.prompts import template_hash
 from prl.grading.verifier import VERDICTS

@@ -52,19 +52,19 @@ def test_report_records_what_reproduces_the_run(warm):
 def test_direct_frac_writes_that_share_of_solutions_without_the_working(tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from prl.data import synthetic as task
+    from prl.data import synthetic
     from prl.training.sft import _examples
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
-    records = task.generate("train", 400, seed=0)
+    records = synthetic.generate("train", 400, seed=0)
     responses = [tok.decode(r, skip_special_tokens=True) for _, r in _examples(tok, records, 0.5, seed=0)]
-    direct = [resp for resp in responses if not task.shows_working(resp)]
+    direct = [resp for resp in responses if not synthetic.shows_working(resp)]
     assert 160 <= len(direct) <= 240  # Binomial(400, 0.5): outside this range has probability < 1e-4
-    by_answer = {task.direct_solution(r) for r in records}
+    by_answer = {synthetic.direct_solution(r) for r in records}
     assert all(d.strip() in by_answer for d in direct)  # exactly "The answer is \boxed{N}."
     again = [tok.decode(r, skip_special_tokens=True) for _, r in _examples(tok, records, 0.5, seed=0)]
     assert again == responses  # seeded
     plain = [tok.decode(r, skip_special_tokens=True) for _, r in _examples(tok, records)]
-    assert all(task.shows_working(p) for p in plain)
+    assert all(synthetic.shows_working(p) for p in plain)
     with pytest.raises(Exception, match="direct_frac: expected a fraction in"):
         SFTConfig(direct_frac=1.0)

@@ -138,7 +138,7 @@ def test_prl_eval_on_a_local_ray_runtime_matches_the_in_process_run(tiny_model_d
     assert done.returncode == 0, done.stderr[-4000:]
     summary = json.loads(done.stdout)
     assert summary["shards"]["planned"] == 2 and summary["samples_added"] == 32
-    # Ray's and Prefect's own messages go to the run's log file (prl/logs.py), ours to the console
+    # Ray's and Prefect's own messages go to the run's log file (prl/log_routing.py), ours to the console
     said = done.stderr + (tmp_path / "logs" / "r.log").read_text()
     assert "Using Ray cluster with 1 nodes" in said and "eval-shard" in said
     assert said.count("Starting temporary server") == 1  # the workers report to the driver's server

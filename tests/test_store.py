@@ -21,8 +21,23 @@ def store():
 
 def test_named_queries_load_and_are_unique():
     q = load_queries()
-    assert {"upsert_run", "insert_sample", "insert_problem", "dataset_metrics_for_run", "stored_sample_keys"} <= set(q)
-    assert all("$" in q[n] for n in ("insert_sample", "upsert_run"))
+    assert {"upsert_run", "insert_incoming_samples", "insert_problem", "dataset_metrics_for_run",
+            "stored_sample_keys"} <= set(q)
+    assert all("$" in q[n] for n in ("insert_problem", "upsert_run"))
+
+
+def test_every_named_query_is_run_by_the_code():
+    """No dead SQL: each named query is named in prl, flows, dashboard or prl_cli (the bulk inserts
+    ``insert_incoming_<table>`` by ``Store.insert_rows``' table argument)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = "".join(p.read_text() for d in ("prl", "flows", "dashboard", "prl_cli") for p in (root / d).rglob("*.py"))
+    inserted = set(re.findall(r'insert_rows\("(\w+)"', code))
+    unused = [n for n in load_queries() if not re.search(rf'["\']{n}["\']', code)
+              and n.removeprefix("insert_incoming_") not in inserted]
+    assert not unused, f"named queries no code runs: {unused}"
 
 
 def test_views_from_given_rows(store):
@@ -32,10 +47,10 @@ def test_views_from_given_rows(store):
             sample("r1", "a", "a/2", 0, "no_answer"), sample("r1", "a", "a/2", 1, "timeout"),
             sample("r1", "b", "b/1", 0, "correct"), sample("r1", "b", "b/1", 1, "correct")]
     assert store.insert_samples(rows) == 6
-    assert store.rows("problem_outcomes_for_run", run_id="r1") == [
-        ("a", "a/1", 2, 1, 0.5), ("a", "a/2", 2, 0, 0.0), ("b", "b/1", 2, 2, 1.0)]
+    assert store.rows("outcomes_for_runs", run_ids=["r1"]) == [
+        ("r1", "a", "a/1", 2, 1), ("r1", "a", "a/2", 2, 0), ("r1", "b", "b/1", 2, 2)]
     assert store.rows("dataset_metrics_for_run", run_id="r1") == [("a", 2, 2, 0.25, 0.5), ("b", 1, 2, 1.0, 1.0)]
-    assert ("a", "timeout", 1) in store.rows("verdict_counts", run_id="r1")
+    assert ("r1", "a", "timeout", 1) in store.rows("verdict_counts_for_runs", run_ids=["r1"])
 
 
 def test_writes_are_idempotent(store):

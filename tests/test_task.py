@@ -8,26 +8,26 @@ from collections import Counter
 
 import pytest
 
-from prl.data import synthetic as task
+from prl.data import synthetic
 from prl.grading.verifier import is_correct
 
 STEP = re.compile(r"^(\d+) ([+*-]) (\d+) = (\d+)$")
 
 
 def test_deterministic_and_seeded():
-    assert task.generate("train", 50, seed=3) == task.generate("train", 50, seed=3)
-    assert task.generate("train", 50, seed=3) != task.generate("train", 50, seed=4)
-    assert task.generate("test", 20) == task.generate("test", 400)[:20]  # a prefix of the full split
+    assert synthetic.generate("train", 50, seed=3) == synthetic.generate("train", 50, seed=3)
+    assert synthetic.generate("train", 50, seed=3) != synthetic.generate("train", 50, seed=4)
+    assert synthetic.generate("test", 20) == synthetic.generate("test", 400)[:20]  # a prefix of the full split
 
 
 def test_splits_never_share_a_problem():
-    test = {r["problem"] for r in task.generate("test", task.TEST_SIZE)}
-    train = {r["problem"] for r in task.generate("train", 5000)}
+    test = {r["problem"] for r in synthetic.generate("test", synthetic.TEST_SIZE)}
+    train = {r["problem"] for r in synthetic.generate("train", 5000)}
     assert test and train and not (test & train)
 
 
 def test_solutions_are_correct_steps_separated_by_blank_lines():
-    records = task.generate("test", task.TEST_SIZE)
+    records = synthetic.generate("test", synthetic.TEST_SIZE)
     assert Counter(r["level"] for r in records) == {1: 100, 2: 100, 3: 100, 4: 100}
     for r in records:
         *steps, final = r["solution"].split("\n\n")
@@ -38,7 +38,7 @@ def test_solutions_are_correct_steps_separated_by_blank_lines():
             a, b, c = int(a), int(b), int(c)
             assert value is None or a == value
             assert c == {"+": a + b, "-": a - b, "*": a * b}[op]
-            assert 0 <= c <= task.MAX_VALUE
+            assert 0 <= c <= synthetic.MAX_VALUE
             value = c
         assert r["answer"] == str(value)
         assert final == f"The answer is \\boxed{{{value}}}."
@@ -46,13 +46,13 @@ def test_solutions_are_correct_steps_separated_by_blank_lines():
 
 
 def test_reference_solutions_pass_the_verifier_and_wrong_ones_fail():
-    for r in task.generate("test", 40):
+    for r in synthetic.generate("test", 40):
         assert is_correct(r["solution"], r["answer"])
         assert not is_correct(r["solution"], str(int(r["answer"]) + 1))
 
 
 def test_jsonl_uses_the_benchmark_schema(tmp_path):
-    path = task.write_jsonl(task.generate("test", 5), tmp_path / "synth.jsonl")
+    path = synthetic.write_jsonl(synthetic.generate("test", 5), tmp_path / "synth.jsonl")
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(rows) == 5
     for row in rows:
@@ -62,6 +62,6 @@ def test_jsonl_uses_the_benchmark_schema(tmp_path):
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="^split"):
-        task.generate("dev", 3)
+        synthetic.generate("dev", 3)
     with pytest.raises(ValueError, match="^level"):
-        task.make_problem(__import__("random").Random(0), 7)
+        synthetic.make_problem(__import__("random").Random(0), 7)

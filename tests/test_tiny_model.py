@@ -11,7 +11,7 @@ import textwrap
 
 import torch
 
-from prl.data import synthetic as task
+from prl.data import synthetic
 from prl.generation.prompts import build_prompt
 from prl.models.tiny import build_tiny, check_tokenizer_round_trip, file_hashes
 
@@ -38,7 +38,7 @@ def test_autotokenizer_reproduces_training_ids(tiny_model_dir):
     check_tokenizer_round_trip(tiny_model_dir)  # raises on any difference
     auto = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     raw = Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json"))  # the file as trained
-    for r in task.generate("test", 20):
+    for r in synthetic.generate("test", 20):
         text = build_prompt(auto, r["problem"]) + r["solution"]
         assert auto(text, add_special_tokens=False)["input_ids"] == raw.encode(text, add_special_tokens=False).ids
     assert "Qwen2" not in type(auto).__name__
@@ -63,7 +63,7 @@ def test_blank_line_steps_are_found_by_the_text_split(tiny_model_dir):
     from prl_core import step_boundaries
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
-    for r in task.generate("test", 12):
+    for r in synthetic.generate("test", 12):
         ids = tok(r["solution"], add_special_tokens=False)["input_ids"]
         texts = [[tok.decode([i]) for i in ids]]
         bnd = step_boundaries(torch.ones(1, len(ids), dtype=torch.bool), "text:\\n\\n", token_texts=texts)

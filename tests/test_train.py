@@ -255,11 +255,11 @@ def test_needs_reference_follows_the_estimator_the_kl_loss_and_the_metric():
 
 def _easy_problems(tmp_path) -> str:
     """Level-1 and -2 problems of the synthetic training split, where the warm start has mixed rewards."""
-    from prl.data import synthetic as task
+    from prl.data import synthetic
 
     path = tmp_path / "easy.jsonl"
     if not path.exists():
-        rows = [r for r in task.generate("train", 600, seed=0) if r["level"] <= 2][:200]
+        rows = [r for r in synthetic.generate("train", 600, seed=0) if r["level"] <= 2][:200]
         path.write_text("".join(json.dumps({"problem": r["problem"], "answer": r["answer"]}) + "\n" for r in rows))
     return str(path)
 
@@ -283,9 +283,9 @@ def _weights(d):
 
 
 def _metrics(db, run_id):
-    rows = Store(db, create=False).rows("train_metrics_for_run", run_id=run_id)
+    rows = Store(db, create=False).rows("train_metrics_for_runs", run_ids=[run_id])
     out: dict[int, dict[str, float]] = {}
-    for step, name, value in rows:
+    for _run, step, name, value in rows:
         out.setdefault(step, {})[name] = value
     return out
 

@@ -155,14 +155,14 @@ def test_a_librarys_traceback_of_an_error_the_cli_reports_goes_to_the_log_file_o
     console drops the record (the log file keeps it). Other errors from libraries still reach the console."""
     import logging
 
-    from prl import logs
+    from prl import log_routing
     from prl_cli.main import _is_user_error
 
-    monkeypatch.setattr(logs, "_is_our_file", lambda path: False)  # this test file is not 'our code'
-    logs.reset()
-    logs.configure(None, reported=_is_user_error)
+    monkeypatch.setattr(log_routing, "_is_our_file", lambda path: False)  # this test file is not 'our code'
+    log_routing.reset()
+    log_routing.configure(None, reported=_is_user_error)
     try:
-        logs.log_to(tmp_path / "run.log", announce=False)
+        log_routing.log_to(tmp_path / "run.log", announce=False)
         prefect = logging.getLogger("prefect.flow_runs")
         for exc in (TrainingProcessFailed("training x was killed by SIGKILL\n  log: run.log"), RuntimeError("a bug")):
             try:
@@ -173,7 +173,7 @@ def test_a_librarys_traceback_of_an_error_the_cli_reports_goes_to_the_log_file_o
             logging.getLogger("prefect.task_runs").error(
                 f"Finished in state Failed('Task run encountered an exception {type(exc).__name__}: {exc!s}')")
     finally:
-        logs.reset()
+        log_routing.reset()
     err = capsys.readouterr().err
     assert "SIGKILL" not in err, err
     assert "RuntimeError('a bug')" in err and "Finished in state Failed('Task run encountered an exception " \

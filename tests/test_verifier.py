@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from prl.data import synthetic as task
+from prl.data import synthetic
 from prl.grading.verifier import VerifierPool, verify_one
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,7 +135,7 @@ def test_fractional_timeouts_are_refused():
 
 
 def test_pool_matches_sequential_and_caches():
-    records = task.generate("test", 30)
+    records = synthetic.generate("test", 30)
     pairs = []
     for r in records:
         pairs += [(r["solution"], r["answer"]), (f"\\boxed{{{int(r['answer']) + 1}}}", r["answer"]),

@@ -163,11 +163,6 @@ def gold_flag(gold: str) -> str | None:
     return None
 
 
-def gold_parses(gold: str) -> bool:
-    """Whether Math-Verify reads the gold whole (see :func:`gold_flag`)."""
-    return gold_flag(gold) is None
-
-
 # ─── loading ────────────────────────────────────────────────────────────────────────────────
 
 def bundled_path(dataset: str) -> Path:
@@ -306,10 +301,10 @@ def _load_parquet(path: Path, dataset: str | None, *, strict: bool) -> tuple[lis
 def load_dataset(name_or_path: str, *, strict: bool = True, flag_raw_only: bool = True) -> tuple[list[Problem], list[str]]:
     """A bundled benchmark by name, the synthetic test set (``synth_test``), or a file path."""
     if name_or_path == SYNTHETIC:
-        from prl.data import synthetic as task
+        from prl.data import synthetic
 
         problems = [Problem(SYNTHETIC, f"{SYNTHETIC}/{r['id']}", r["problem"], r["answer"], json.dumps(r["answer"]),
-                            {"level": r["level"], "solution": r["solution"]}) for r in task.generate("test", task.TEST_SIZE)]
+                            {"level": r["level"], "solution": r["solution"]}) for r in synthetic.generate("test", synthetic.TEST_SIZE)]
         return problems, []
     if name_or_path in BENCHMARKS:
         problems, skipped = load_file(bundled_path(name_or_path), name_or_path, strict=True)

@@ -28,7 +28,7 @@ from prl.store.db import Store
 def _run(store: Store, run_id: str) -> dict[str, Any]:
     rows = store.records("get_run", run_id=run_id)
     if not rows:
-        known = ", ".join(r[0] for r in store.rows("list_runs")) or "none"
+        known = ", ".join(r["run_id"] for r in store.records("list_runs")) or "none"
         raise ReportError(f"run {run_id!r} is not in the store (runs: {known})")
     run = rows[0]
     run["manifest"] = json.loads(run["manifest"] or "{}")

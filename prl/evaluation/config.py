@@ -13,7 +13,7 @@ from typing import Any
 from prl.data.datasets import DATASETS
 from prl.generation.engines.base import ENGINE_KINDS, EngineError, SamplingConfig, read_model_config
 from prl.grading.verifier import VerifierSettings
-from prl.options import NO_FLAG, include_fields
+from prl.options import NO_FLAG, include_fields, same_as
 from prl.store.db import DEFAULT_STORE
 
 TASK_RUNNERS = ("local", "ray")
@@ -37,8 +37,7 @@ class EvalConfig:
     """Model directory (Hugging Face layout with a chat template)."""
     datasets: tuple[str, ...] = ("math500",)
     """Bundled benchmarks (math500, minerva_math, olympiad_bench, aime24, amc23), synth_test, or .jsonl/.parquet paths."""
-    n: int = 8
-    """Samples per problem."""
+    n: int = same_as(SamplingConfig, "n")
     db: str = DEFAULT_STORE
     """Store file (DuckDB); created if missing."""
     run_id: str | None = None
@@ -47,14 +46,10 @@ class EvalConfig:
     """Generation engine: 'vllm' or 'hf' (transformers.generate)."""
     limit: int | None = None
     """Only the first K problems of each data set."""
-    max_tokens: int = 3072
-    """Maximum new tokens per sample (the paper: 3072)."""
-    temperature: float = 1.0
-    """Sampling temperature (the paper: 1.0)."""
-    top_p: float = 1.0
-    """Nucleus sampling mass (the paper: 1.0)."""
-    seed: int = 0
-    """Sampling seed (vLLM: per prompt, so shards and resumed runs reproduce one run)."""
+    max_tokens: int = same_as(SamplingConfig, "max_tokens")
+    temperature: float = same_as(SamplingConfig, "temperature")
+    top_p: float = same_as(SamplingConfig, "top_p")
+    seed: int = same_as(SamplingConfig, "seed")
     chunk_problems: int = 32
     """Problems per generate → verify → store transaction (the unit of resumption)."""
     strict: bool = True

@@ -6,11 +6,11 @@ An evaluation run, top to bottom, as plain functions chained by :func:`run_evalu
 ``prl eval`` runs that flow; training's periodic evaluations call
 :func:`run_evaluation_across_ranks`):
 
-    begin_run          load problems, register the run, store leftover shard files, count what is pending
+    start_run          load problems, register the run, store leftover shard files, count what is pending
     open_engine        the engine (or a lent one) and the verifier workers, closed at the end
     evaluate_chunk     per chunk of problems: generate → verify → store in one transaction
     store_shard_results (sharded runs) store each shard's Parquet file as it arrives
-    end_run            finish the run's row and manifest, return the summary
+    finish_run         the run's status: 'finished' (row, manifest, summary) or 'failed' (what is stored stays)
 
 Resumable and idempotent at sample granularity. Problems are processed in chunks; each chunk
 is generated, verified, and written in **one** store transaction, so a run killed at any point
@@ -35,8 +35,9 @@ from tqdm.auto import tqdm
 
 from prl.evaluation import shards as sh
 from prl.evaluation.config import EvalConfig, EvalError
-from prl.evaluation.steps import (chunked, check_prompts, finish_run, generate_chunk, load_problems, mark_failed,
-                                  pending_problems, register_run, start_engine, store_chunk, verify_chunk)
+from prl.evaluation.stages import (chunked, check_prompts, record_run_finish, generate_chunk, load_problems,
+                                  pending_problems, record_run_start, record_run_status, start_engine, store_chunk,
+                                   verify_chunk)
 from prl.generation.engines import Engine
 from prl.generation.prompts import template_record
 from prl.grading.verifier import VerifierPool, VerifierSettings
@@ -45,7 +46,7 @@ from prl.store.db import Store
 
 @dataclass
 class EvalRun:
-    """An evaluation run in progress: what :func:`begin_run` found and what the chunks have added."""
+    """An evaluation run in progress: what :func:`start_run` found and what the chunks have added."""
 
     cfg: EvalConfig
     run_id: str
@@ -59,12 +60,12 @@ class EvalRun:
     template: dict[str, Any] | None = None
 
 
-def begin_run(cfg: EvalConfig, log: Callable[[str], None] = print) -> EvalRun:
+def start_run(cfg: EvalConfig, log: Callable[[str], None] = print) -> EvalRun:
     """Load the problems, register the run (refusing other settings under its id), store shard files an
     earlier sharded attempt left, and count the problems still short of ``n`` samples."""
     problems = load_problems(cfg, log)
     store = Store(cfg.db)
-    info = register_run(store, cfg, problems)
+    info = record_run_start(store, cfg, problems)
     run_id = info["run_id"]
     if cfg.task_runner != "local":
         ingest_leftover_shards(cfg, run_id, log)
@@ -122,7 +123,7 @@ def progress_bar(run: EvalRun, progress: bool):
                 file=sys.stderr, dynamic_ncols=True)
 
 
-def record_chunk(run: EvalRun, result: dict[str, Any], bar) -> None:
+def count_chunk(run: EvalRun, result: dict[str, Any], bar) -> None:
     """Add a chunk's counts and times to the run and advance the bar."""
     run.summary["samples_added"] += result["added"]
     for k, v in result["seconds"].items():
@@ -180,30 +181,31 @@ def store_shard_results(run: EvalRun, shards: list[sh.Shard], results: Iterable[
                         "to generate only what is missing") from err
 
 
-def fail_run(run: EvalRun) -> None:
-    """Status 'failed' (what is stored stays; rerunning the same command resumes)."""
-    mark_failed(Store(run.cfg.db, create=False), run.run_id)
-
-
-def end_run(run: EvalRun, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Finish the run (status, manifest with engine, template and timings); returns its summary."""
+def finish_run(run: EvalRun, status: str = "finished", log: Callable[[str], None] = print) -> dict[str, Any] | None:
+    """End the run with ``status``. 'finished': its row and manifest (engine, template, timings); returns its
+    summary. 'failed': only the status (what is stored stays; rerunning the same command resumes); None."""
     cfg, summary = run.cfg, run.summary
     store = Store(cfg.db, create=False)
+    if status == "failed":
+        record_run_status(store, run.run_id, "failed")
+        return None
+    if status != "finished":
+        raise ValueError(f"status: {status!r} (a run finishes as 'finished' or 'failed')")
     if run.pending:
         summary["seconds"] = {k: round(v, 2) for k, v in run.seconds.items()}
     summary["total_s"] = round(time.perf_counter() - run.t0, 2)
-    finish_run(store, cfg, run.run_id, run.problems, run.engine_info, run.template, summary)
-    counts = store.rows("stored_counts_for_run", run_id=run.run_id)
-    summary["stored_samples"] = sum(c for *_, c in counts)
-    correct = store.rows("dataset_metrics_for_run", run_id=run.run_id)
-    summary["average_at_n"] = {d: avg for d, _p, _n, avg, _pass in correct}
+    record_run_finish(store, cfg, run.run_id, run.problems, run.engine_info, run.template, summary)
+    counts = store.records("stored_counts_for_run", run_id=run.run_id)
+    summary["stored_samples"] = sum(c["stored"] for c in counts)
+    metrics = store.records("dataset_metrics_for_run", run_id=run.run_id)
+    summary["average_at_n"] = {m["dataset"]: m["average_at_n"] for m in metrics}
     log(f"run {run.run_id}: {summary['samples_added']} samples added, {summary['stored_samples']} stored "
         f"for {len(counts)} problems in {cfg.db} ({summary['total_s']:.0f} s)")
     return summary
 
 
 def run_evaluation(cfg: EvalConfig, *, progress: bool = True, engine: Engine | None = None,
-                   log: Callable[[str], None] = print, begin: Callable[[EvalConfig], EvalRun] | None = None,
+                   log: Callable[[str], None] = print, start: Callable[[EvalConfig], EvalRun] | None = None,
                    chunk: Callable[..., dict[str, Any]] = evaluate_chunk,
                    shard_results: Callable[..., Iterable[tuple[sh.Shard, Any]]] = sh.run_shards_here
                    ) -> dict[str, Any]:
@@ -213,9 +215,9 @@ def run_evaluation(cfg: EvalConfig, *, progress: bool = True, engine: Engine | N
     run here one after another).
 
     The one orchestration of an evaluation: the ``evaluate`` flow (``flows/evaluate.py``) calls it with its
-    Prefect tasks as the steps: ``begin(cfg)`` (default :func:`begin_run`), ``chunk(engine, pool, cfg,
+    Prefect tasks as the steps: ``start(cfg)`` (default :func:`start_run`), ``chunk(engine, pool, cfg,
     run_id, problems)`` (default :func:`evaluate_chunk`) and ``shard_results`` (tasks on its task runner)."""
-    run = begin(cfg) if begin is not None else begin_run(cfg, log)
+    run = start(cfg) if start is not None else start_run(cfg, log)
     try:
         if run.pending and cfg.task_runner != "local":
             shards, directory = plan_shards(run, log)
@@ -223,11 +225,11 @@ def run_evaluation(cfg: EvalConfig, *, progress: bool = True, engine: Engine | N
         elif run.pending:
             with open_engine(run, engine, log) as (eng, pool), progress_bar(run, progress) as bar:
                 for problems in chunked(run.pending, cfg.chunk_problems):
-                    record_chunk(run, chunk(eng, pool, cfg, run.run_id, problems), bar)
+                    count_chunk(run, chunk(eng, pool, cfg, run.run_id, problems), bar)
     except BaseException:
-        fail_run(run)
+        finish_run(run, "failed")
         raise
-    return end_run(run, log)
+    return finish_run(run, log=log)
 
 
 def run_evaluation_across_ranks(cfg: EvalConfig, *, engine: Engine, rank: int, world: int,
@@ -243,7 +245,7 @@ def run_evaluation_across_ranks(cfg: EvalConfig, *, engine: Engine, rank: int, w
     0, in rank order (None elsewhere). Returns the run's summary on rank 0, None on the others. With vLLM a
     prompt's samples depend only on (seed, prompt), so the stored samples are those of a one-process run.
     """
-    run = begin_run(cfg, log) if rank == 0 else None
+    run = start_run(cfg, log) if rank == 0 else None
     plan = share(None if run is None else {
         "run_id": run.run_id, "keys": [(p.dataset, p.problem_id) for p in run.pending],
         "per_shard": max(1, -(-len(run.pending) // world))})
@@ -266,6 +268,6 @@ def run_evaluation_across_ranks(cfg: EvalConfig, *, engine: Engine, rank: int, w
         if shards:
             store_shard_results(run, shards, zip(shards, results), progress=False, log=log)
     except BaseException:
-        fail_run(run)
+        finish_run(run, "failed")
         raise
-    return end_run(run, log)
+    return finish_run(run, log=log)

@@ -57,7 +57,7 @@ class RunSamples:
 
 def load_run(store: Store, run_id: str) -> RunSamples:
     if not store.rows("get_run", run_id=run_id):
-        known = [r[0] for r in store.rows("list_runs")]
+        known = [r["run_id"] for r in store.records("list_runs")]
         raise ReportError(f"run {run_id!r} is not in {store.path}; runs there: {', '.join(known) or 'none'}")
     run = RunSamples(run_id)
     for dataset, pid, _idx, answer, correct in store.rows("answers_for_run", run_id=run_id):
@@ -218,14 +218,17 @@ def render_comparison(c: dict[str, Any], max_list: int = 20) -> str:
 
 
 def render_suspicious(store: Store, run_id: str, limit: int = 10) -> str:
-    rows = store.rows("suspicious_passes_for_run", run_id=run_id, limit=limit)
+    rows = store.records("suspicious_passes_for_run", run_id=run_id, limit=limit)
     if not rows:
         return f"suspicious passes in {run_id}: none (correct samples all refer to their problem)"
     out = [f"suspicious passes in {run_id} (correct answer, reasoning about another problem "
            f"or hardly about this one; first {len(rows)}, least relevant first):"]
-    for d, pid, idx, rel, only, best, ans, ntok in rows:
-        why = "answer only" if only else (f"fits {best} better" if best not in (None, pid) else f"relevance {rel:.2f}")
-        out.append(f"  {pid} sample {idx}: {why}, answer {json.dumps(ans)}, {ntok} tokens")
+    for r in rows:
+        pid, best = r["problem_id"], r["best_fit"]
+        why = ("answer only" if r["answer_only"] else
+               (f"fits {best} better" if best not in (None, pid) else f"relevance {r['relevance']:.2f}"))
+        out.append(f"  {pid} sample {r['sample_idx']}: {why}, answer {json.dumps(r['extracted_answer'])}, "
+                   f"{r['n_tokens']} tokens")
     return "\n".join(out)
 
 
@@ -240,7 +243,7 @@ def report(store: Store, runs: Sequence[str] | None = None, ks: Sequence[int] | 
     in place of the comparison, and every run's tables are still printed."""
     asked_to_compare = runs is not None and len(runs) >= 2
     if runs is None:
-        runs = [r[0] for r in store.rows("list_runs") if r[5]]
+        runs = [r["run_id"] for r in store.records("list_runs") if r["samples"]]
     scores = [run_scores(store, r, ks) for r in runs]
     comparison, no_comparison = None, None
     if asked_to_compare:

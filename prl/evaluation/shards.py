@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from prl.data.datasets import Problem
-from prl.evaluation.steps import check_prompts, chunked, generate_chunk, start_engine, verify_chunk
+from prl.evaluation.stages import check_prompts, chunked, generate_chunk, start_engine, verify_chunk
 from prl.generation.prompts import template_record
 from prl.grading.verifier import VerifierPool, VerifierSettings
 from prl.store.db import OPTIONAL_SAMPLE_COLUMNS, SAMPLE_COLUMNS, Store, StoreError, sample_schema, samples_table

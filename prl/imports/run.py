@@ -250,7 +250,8 @@ def verify_rows(pool: VerifierPool, run_id: str, chunk: Sequence[ImportedSample]
 
 def summarize(store: Store, run_id: str) -> dict[str, Any]:
     """Stored samples, our accuracy, the source labels' accuracy and agreement where labelled."""
-    (samples, correct, labelled, source_correct, agree), = store.rows("import_summary_for_run", run_id=run_id)
-    return {"samples": samples, "accuracy": (correct or 0) / samples if samples else 0.0, "labelled": labelled,
-            "source_accuracy": (source_correct or 0) / labelled if labelled else None, "agree": agree or 0}
+    s, = store.records("import_summary_for_run", run_id=run_id)
+    samples, labelled = s["samples"], s["labelled"]
+    return {"samples": samples, "accuracy": (s["correct"] or 0) / samples if samples else 0.0, "labelled": labelled,
+            "source_accuracy": (s["source_correct"] or 0) / labelled if labelled else None, "agree": s["agree"] or 0}
 

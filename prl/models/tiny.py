@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from prl.data import synthetic as task
+from prl.data import synthetic
 from prl.generation.prompts import build_prompt
 from prl.models.build import build_model
 
@@ -55,9 +55,9 @@ def _train_tokenizer(spec: TinyModelSpec, seed: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    records = task.generate("train", spec.tokenizer_corpus_size, seed=seed)
+    records = synthetic.generate("train", spec.tokenizer_corpus_size, seed=seed)
     # The BPE must also see the chat markup and the system prompt it will encode at every call.
-    texts = list(task.corpus(records))
+    texts = list(synthetic.corpus(records))
     texts += [_render_without_tokenizer(r["problem"]) for r in records[:200]]
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -117,7 +117,7 @@ def check_tokenizer_round_trip(model_dir: str | Path, trained=None) -> None:
 
     loaded = AutoTokenizer.from_pretrained(str(model_dir))
     reference = trained if trained is not None else loaded
-    samples = [r["problem"] + "\n\n" + r["solution"] for r in task.generate("test", 8)]
+    samples = [r["problem"] + "\n\n" + r["solution"] for r in synthetic.generate("test", 8)]
     samples.append(build_prompt(loaded, samples[0]))
     for text in samples:
         a = loaded(text, add_special_tokens=False)["input_ids"]

@@ -25,7 +25,8 @@ from prl_core.config import AlgorithmConfig, ConfigError
 from prl_core.estimators import PRL_ONLY
 
 from prl.store.db import store_path
-from prl.training.config import RunConfig, TrainConfig, WarmStart, read_yaml, train_from_dict
+from prl.config_files import read_yaml
+from prl.training.config import RunConfig, TrainConfig, WarmStart, train_from_dict
 
 RUN_KEYS = ("model", "out_dir", "db", "run_id", "seed")
 """TrainConfig fields the study sets for every cell itself (where it trains, what it starts from, its seed):

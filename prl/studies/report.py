@@ -20,6 +20,7 @@ import html
 import json
 import math
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -251,3 +252,21 @@ def render_html(rep: dict[str, Any], figures: list[Any], *, embedded: bool = Fal
     style = "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px}"
     return ("<!doctype html><html><head><meta charset='utf-8'><title>Study " + html.escape(rep["study_id"])
             + f"</title><style>{style}</style></head><body>" + "\n".join(body) + "\n".join(charts) + "</body></html>\n")
+
+
+def write_report(study_id: str, db: str | Path, out_dir: str | Path, *, embedded: bool = False) -> dict[str, Any]:
+    """study_report.{md,html,json} in ``out_dir`` from the store; returns the report with the paths
+    (``files``) and its Markdown (``markdown``)."""
+    from prl.studies.charts import report_figures  # plotly: only when a report is written
+
+    rep = study_report(Store(db, create=False), study_id)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    md = render_markdown(rep, embedded=embedded)
+    (out / "study_report.md").write_text(md, encoding="utf-8")
+    (out / "study_report.html").write_text(render_html(rep, report_figures(rep), embedded=embedded),
+                                           encoding="utf-8")
+    (out / "study_report.json").write_text(json.dumps(rep, indent=2, default=str) + "\n", encoding="utf-8")
+    rep["files"] = {k: str(out / f"study_report.{k}") for k in ("md", "html", "json")}
+    rep["markdown"] = md
+    return rep

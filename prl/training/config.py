@@ -8,12 +8,12 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from prl_core.config import AlgorithmConfig, ConfigError
 from prl_core.estimators import group_size_error
 from prl_core.logprobs import DEFAULT_CHUNK_TOKENS
 
+from prl.config_files import read_yaml
 from prl.data.synthetic import TRAIN_SIZE
 from prl.grading.verifier import VerifierSettings
 from prl.options import add_config_arguments, config_kwargs, include_fields
@@ -218,20 +218,6 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {"algorithm": self.algorithm.to_dict(), "train": asdict(self.train)}
-
-
-def read_yaml(path: str | Path, what: str = "config file") -> Any:
-    """A YAML file's content ({} when empty); a missing file or invalid YAML is a ConfigError naming the
-    file and the line."""
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such {what}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{mark.line + 1}:" if mark else ""
-        raise ConfigError(f"{path}:{where} invalid YAML: {getattr(e, 'problem', e)}") from None
-    return data if data is not None else {}
 
 
 def train_from_dict(data: dict[str, Any], *, source: str = "train") -> TrainConfig:

@@ -18,7 +18,7 @@ For a config such as ``configs/train/paper_qwen2.5_math_1.5b.yaml`` it resolves 
   sample solution into steps under the config's ``step_split`` (and under ``text:\\n\\n`` for
   comparison): the token boundaries are computed exactly as training computes them
   (:func:`prl.training.segments.split_boundaries`: ids decoded one by one, then
-  :func:`prl_core.steps.step_boundaries`).
+  :func:`prl_core.boundaries.step_boundaries`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from prl_core.config import ConfigError
-from prl_core.steps import segment_bounds
+from prl_core.boundaries import segment_bounds
 
 from prl.data.datasets import load_dataset
 from prl.generation.prompts import build_prompt, template_record
@@ -152,7 +152,7 @@ def memory_estimate(total: int, largest: int, *, stage: int, gpus_per_node: int,
 
 def step_preview(tokenizer, text: str, split: str) -> list[dict[str, Any]]:
     """The steps ``split`` makes of ``text`` as training sees it (:func:`prl.training.segments.split_boundaries`,
-    :func:`prl_core.steps.segment_bounds`); one dict (first/last token, tokens, text) per step."""
+    :func:`prl_core.boundaries.segment_bounds`); one dict (first/last token, tokens, text) per step."""
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     texts = token_texts(tokenizer, ids)
     bounds = split_boundaries(tokenizer, [ids], torch.ones(1, len(ids), dtype=torch.bool), split)[0]

@@ -4,7 +4,7 @@
 names the newest complete one. A step is finished once its checkpoint exists; the store rows of the steps
 since the previous checkpoint travel inside it (``client_state["pending"]``) so a run that died between the
 checkpoint and the store write re-writes them on resume. (Hugging Face exports of the policy, which vLLM and
-evaluations load, are :mod:`prl.training.checkpoints`.)
+evaluations load, are :mod:`prl.training.exports`.)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A tokenizer's view of steps, shared by the trainer (step boundaries, the stored ``prl_segments`` and
 ``train_rollouts`` rows) and the dry run's step preview: each response token decoded on its own, and
 the step boundaries of a split (``text:`` splits read those token texts; docs/architecture.md §Steps).
-The segments of a boundary row are :func:`prl_core.steps.segment_bounds`."""
+The segments of a boundary row are :func:`prl_core.boundaries.segment_bounds`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from prl_core.steps import StepSplit, parse_split, step_boundaries
+from prl_core.boundaries import StepSplit, parse_split, step_boundaries
 
 
 def token_texts(tokenizer, ids: Iterable[int] | torch.Tensor) -> list[str]:

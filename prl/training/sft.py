@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from prl.data import synthetic as task
+from prl.data import synthetic
 from prl.generation.prompts import build_prompt
 from prl.grading.verifier import is_correct
 from prl.manifest import run_manifest
@@ -30,7 +30,7 @@ def _examples(tok, records, direct_frac: float = 0.0, seed: int = 0):
     """(prompt ids, response ids) per record; a seeded ``direct_frac`` of responses skip the working."""
     pick = random.Random(f"sft-direct:{seed}")
     prompts = [build_prompt(tok, r["problem"]) for r in records]
-    solutions = [(task.direct_solution(r) if pick.random() < direct_frac else r["solution"]) + tok.eos_token
+    solutions = [(synthetic.direct_solution(r) if pick.random() < direct_frac else r["solution"]) + tok.eos_token
                  for r in records]
     # one batched call each: the same ids as record by record, 2.4 s instead of 6 s for 20,000 records
     prompt_ids = tok(prompts, add_special_tokens=False)["input_ids"]
@@ -77,7 +77,7 @@ def held_out_accuracy(model, tok, records, *, sampled: bool = False, batch_size:
 
 def held_out_records(cfg: SFTConfig) -> list[dict]:
     """The test-split problems the SFT report scores (a seeded sample of the held-out split)."""
-    held_out = task.generate("test", task.TEST_SIZE, seed=cfg.seed)
+    held_out = synthetic.generate("test", synthetic.TEST_SIZE, seed=cfg.seed)
     return random.Random(f"sft-eval:{cfg.seed}").sample(held_out, min(cfg.eval_size, len(held_out)))
 
 
@@ -102,7 +102,7 @@ def _run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, log) ->
     torch.manual_seed(cfg.seed)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    train = _examples(tok, task.generate("train", cfg.train_size, seed=cfg.seed), cfg.direct_frac, cfg.seed)
+    train = _examples(tok, synthetic.generate("train", cfg.train_size, seed=cfg.seed), cfg.direct_frac, cfg.seed)
     eval_records = held_out_records(cfg)
     rng = random.Random(cfg.seed)
 

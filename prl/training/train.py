@@ -59,9 +59,9 @@ from prl_core.advantages import suffix_sums
 from prl_core.config import ConfigError
 from prl_core.estimators import compute_advantages, get_estimator
 from prl_core.losses import kl_penalty, masked_mean, ppo_clip_loss, sft_loss
-from prl_core.steps import parse_split, segment_bounds
+from prl_core.boundaries import parse_split, segment_bounds
 
-from prl import logs
+from prl import log_routing
 from prl.data import synthetic
 from prl.data.datasets import load_dataset
 from prl.evaluation.config import EvalConfig
@@ -71,7 +71,7 @@ from prl.generation.engines.base import derive_seed
 from prl.grading.verifier import VerifierPool, VerifierSettings
 from prl.manifest import run_manifest
 from prl.store.db import Store
-from prl.training import checkpoints as exports
+from prl.training import exports
 from prl.training import distributed as dist
 from prl.training import resume as save_resume
 from prl.training.resume import CheckpointError, check_fresh_start
@@ -91,12 +91,12 @@ share of the node's memory minus the whole process's, which goes negative beside
 
 # ─── 1. data ───────────────────────────────────────────────────────────────────────────────
 
-def load_train_problems(t: TrainConfig) -> list[dict[str, Any]]:
+def load_train_problems(train_cfg: TrainConfig) -> list[dict[str, Any]]:
     """Training problems as {problem, gold} in a fixed order (the data order is a seeded permutation)."""
-    if t.train_data == "synth_train":
-        return [{"problem": r["problem"], "gold": r["answer"]}
-                for r in synthetic.generate("train", t.train_size, seed=t.seed)]
-    problems, _ = load_dataset(t.train_data)
+    if train_cfg.train_data == "synth_train":
+        return [{"problem": row["problem"], "gold": row["answer"]}
+                for row in synthetic.generate("train", train_cfg.train_size, seed=train_cfg.seed)]
+    problems, _ = load_dataset(train_cfg.train_data)
     return [{"problem": p.problem, "gold": p.gold_normalized} for p in problems]
 
 
@@ -116,53 +116,53 @@ def prompt_indices(n_problems: int, step: int, per_step: int, seed: int) -> list
 
 # ─── 2. the models and the engine of a rank ────────────────────────────────────────────────
 
-def build_rollout_engine(t: TrainConfig, *, seed: int, device: torch.device) -> Engine:
+def build_rollout_engine(train_cfg: TrainConfig, *, seed: int, device: torch.device) -> Engine:
     """The rank's rollout engine on the rank's own device, in this process, holding the starting weights.
 
     vLLM: ``colocate`` (vLLM's external_launcher executor: the engine core and its worker run in this
     process on ``cuda:<LOCAL_RANK>``, and join the training ranks' process group as independent data-parallel
     replicas), its memory share from the config, sleep mode when asked. transformers: the model on the device.
     """
-    if t.engine == "vllm":
-        kv = t.rollout_kv_cache_gib if t.rollout_kv_cache_gib is not None else (
+    if train_cfg.engine == "vllm":
+        kv = train_cfg.rollout_kv_cache_gib if train_cfg.rollout_kv_cache_gib is not None else (
             CPU_KV_CACHE_GIB if device.type == "cpu" else None)
-        kw: dict[str, Any] = {"colocate": True, "sleep_mode": t.rollout_sleep_level > 0,
-                              "gpu_memory_utilization": t.rollout_memory_utilization}
+        kw: dict[str, Any] = {"colocate": True, "sleep_mode": train_cfg.rollout_sleep_level > 0,
+                              "gpu_memory_utilization": train_cfg.rollout_memory_utilization}
         if kv is not None:
             kw["kv_cache_memory_bytes"] = int(kv * GIB)
-        return make_engine("vllm", t.model, dtype=t.dtype, seed=seed, **kw)
-    return make_engine("hf", t.model, dtype=t.dtype, seed=seed, device=str(device))
+        return make_engine("vllm", train_cfg.model, dtype=train_cfg.dtype, seed=seed, **kw)
+    return make_engine("hf", train_cfg.model, dtype=train_cfg.dtype, seed=seed, device=str(device))
 
 
-def load_models(t: TrainConfig, cfg: RunConfig, world: int, device: torch.device, log: Callable[[str], None]):
+def load_models(train_cfg: TrainConfig, cfg: RunConfig, world: int, device: torch.device, log: Callable[[str], None]):
     """The policy (a DeepSpeed engine), its LR scheduler, and the frozen reference (a module, or a ZeRO-3
     engine holding 1/world of it; None when the run does not need it: :meth:`TrainConfig.needs_reference`)."""
     import deepspeed
     from transformers import AutoModelForCausalLM
 
-    dtype = torch.bfloat16 if t.dtype == "bfloat16" else torch.float32
-    ds = dist.ds_config(t, world)
-    with_ref = t.needs_reference(cfg.algorithm)
+    dtype = torch.bfloat16 if train_cfg.dtype == "bfloat16" else torch.float32
+    ds = dist.ds_config(train_cfg, world)
+    with_ref = train_cfg.needs_reference(cfg.algorithm)
     ref = None
-    if t.ref_offload and with_ref:
+    if train_cfg.ref_offload and with_ref:
         log("[train] WARNING: ref_offload: the reference runs its forward pass on the CPU, every micro-batch of "
             "every step (prl train --dry-run estimates the time); under ZeRO-3 leave it off — the reference is "
             "partitioned over the GPUs")
-        ref = AutoModelForCausalLM.from_pretrained(t.model, dtype=dtype)  # before ZeRO-3's partitioned init
+        ref = AutoModelForCausalLM.from_pretrained(train_cfg.model, dtype=dtype)  # before ZeRO-3's partitioned init
     zero3_init = None
-    if t.zero_stage == 3:  # build the models partitioned (deepspeed.zero.Init), never whole on one rank
+    if train_cfg.zero_stage == 3:  # build the models partitioned (deepspeed.zero.Init), never whole on one rank
         from transformers.integrations import HfDeepSpeedConfig
 
         zero3_init = HfDeepSpeedConfig(ds)  # must stay alive while the models are built
-    policy = AutoModelForCausalLM.from_pretrained(t.model, dtype=dtype)
-    if t.gradient_checkpointing:
+    policy = AutoModelForCausalLM.from_pretrained(train_cfg.model, dtype=dtype)
+    if train_cfg.gradient_checkpointing:
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     engine, _, _, scheduler = deepspeed.initialize(model=policy, config=ds,
                                                    model_parameters=[p for p in policy.parameters() if p.requires_grad])
-    if with_ref and not t.ref_offload:
-        ref = AutoModelForCausalLM.from_pretrained(t.model, dtype=dtype)
-        if t.zero_stage == 3:
-            ref = deepspeed.initialize(model=ref, config=dist.reference_ds_config(t, world))[0]
+    if with_ref and not train_cfg.ref_offload:
+        ref = AutoModelForCausalLM.from_pretrained(train_cfg.model, dtype=dtype)
+        if train_cfg.zero_stage == 3:
+            ref = deepspeed.initialize(model=ref, config=dist.reference_ds_config(train_cfg, world))[0]
         else:
             ref.to(device)
     if ref is not None:
@@ -181,35 +181,39 @@ class Trainer:
     (:class:`Rollouts`, :class:`LogProbs`, ρ).
     """
 
-    def __init__(self, cfg: RunConfig, *, log: Callable[[str], None] = print, progress: bool = True):
+    def __init__(self, cfg: RunConfig, *, log: Callable[[str], None] = print, progress: bool = True,
+                 on_export: Callable[[dict[str, Any]], None] | None = None):
+        """``on_export(record)``: called on rank 0 with each checkpoint export's record
+        (:func:`prl.training.exports.write_record`) once the export is complete."""
         from transformers import AutoTokenizer
 
-        self.cfg, self.algo, self.t = cfg, cfg.algorithm, cfg.train
+        self.cfg, self.algo, self.train_cfg = cfg, cfg.algorithm, cfg.train
         self.rank, self.world = dist.init_distributed()
-        self.t.validate(self.algo, self.world)
+        self.train_cfg.validate(self.algo, self.world)
         self.log = log if self.rank == 0 else (lambda _m: None)
+        self.on_export = on_export
         self.progress = progress and self.rank == 0
-        self.run_id = self.t.resolved_run_id
-        self.out = Path(self.t.out_dir)
+        self.run_id = self.train_cfg.resolved_run_id
+        self.out = Path(self.train_cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        if self.t.threads:
-            torch.set_num_threads(self.t.threads)
-        torch.manual_seed(self.t.seed)
-        random.seed(self.t.seed)
-        check_model_dir(self.t.model)
+        if self.train_cfg.threads:
+            torch.set_num_threads(self.train_cfg.threads)
+        torch.manual_seed(self.train_cfg.seed)
+        random.seed(self.train_cfg.seed)
+        check_model_dir(self.train_cfg.model)
         self.device = dist.device()
         self.meter = PeakMeter(self.device)
         self.memory = {"before_models_gib": self.meter.now_gib()}  # what the rank holds, measured (the manifest)
         if self.device.type == "cpu":  # activations in the host's memory: freed ones go back (memory.py)
             self.memory["host_mmap_threshold"] = host_mmap_threshold()
-        self.tokenizer = AutoTokenizer.from_pretrained(self.t.model)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.train_cfg.model)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         # The engine first: on a GPU vLLM takes its share of a device the trainer has not filled yet.
-        self.rollout_engine = build_rollout_engine(self.t, seed=self.t.seed + self.rank, device=self.device)
+        self.rollout_engine = build_rollout_engine(self.train_cfg, seed=self.train_cfg.seed + self.rank, device=self.device)
         self.memory["engine_built_gib"] = self.meter.now_gib()
-        self.engine, self.scheduler, self.ref = load_models(self.t, cfg, self.world, self.device, self.log)
+        self.engine, self.scheduler, self.ref = load_models(self.train_cfg, cfg, self.world, self.device, self.log)
         self.memory["models_loaded_gib"] = self.meter.now_gib()
-        self.problems = load_train_problems(self.t)
+        self.problems = load_train_problems(self.train_cfg)
         self.estimator = get_estimator(self.algo.estimator)
         self.split = self.algo.step_split or "token"
         self.sync_mode = self._sync_mode()
@@ -217,15 +221,15 @@ class Trainer:
         self._exported_step: int | None = None  # the step whose policy out/policy holds
         self._pending: list[tuple[int, dict[str, float], dict[str, list]]] = []  # steps since the last checkpoint
         self.pool: VerifierPool | None = None
-        self.store = Store(self.t.db) if self.rank == 0 else None
+        self.store = Store(self.train_cfg.db) if self.rank == 0 else None
 
     def _sync_mode(self) -> str:
         """'memory' or 'disk': how :meth:`sync_weights` reaches this run's engine (disk only when asked for,
         or for an engine in other processes, and then said once)."""
-        if self.t.weight_sync == "memory" and self.rollout_engine.loads_from_memory:
+        if self.train_cfg.weight_sync == "memory" and self.rollout_engine.loads_from_memory:
             return "memory"
         self.log(f"[train] weight sync: disk (save_pretrained to {self.out / SYNC_DIR} and a reload every step: "
-                 + ("train.weight_sync is 'disk')" if self.t.weight_sync == "disk" else
+                 + ("train.weight_sync is 'disk')" if self.train_cfg.weight_sync == "disk" else
                     "the engine runs in other processes)"))
         return "disk"
 
@@ -233,9 +237,9 @@ class Trainer:
 
     def open(self) -> None:
         """The verifier workers; the run's row in the store."""
-        self.pool = VerifierSettings.of(self.t).pool()
+        self.pool = VerifierSettings.of(self.train_cfg).pool()
         if self.store is not None:
-            self.register_run("running")
+            self.record_run("running")
 
     def close(self) -> None:
         if self.pool is not None:
@@ -245,12 +249,17 @@ class Trainer:
             self.rollout_engine.close()
             self.rollout_engine = None
 
-    def register_run(self, status: str) -> None:
-        manifest = run_manifest("train", config=self.cfg.to_dict(), seed=self.t.seed)
-        manifest.update(world_size=self.world, deepspeed=dist.ds_config(self.t, self.world), completed_steps=self.step_no,
+    def record_run(self, status: str) -> None:
+        """The run's row in the store: 'running' and 'finished' with its config and manifest; 'failed': only the
+        status (what is stored stays; ``--resume`` continues it)."""
+        if status == "failed":
+            self.store.execute("set_run_status", run_id=self.run_id, status=status)
+            return
+        manifest = run_manifest("train", config=self.cfg.to_dict(), seed=self.train_cfg.seed)
+        manifest.update(world_size=self.world, deepspeed=dist.ds_config(self.train_cfg, self.world), completed_steps=self.step_no,
                         weight_sync=self.sync_mode, rollout_engine=self.rollout_engine.info() if self.rollout_engine else None,
                         memory={**self.memory, "device": str(self.device), "peaks_resettable": self.meter.resettable})
-        self.store.execute("upsert_run", run_id=self.run_id, kind="train", model=str(Path(self.t.model).resolve()),
+        self.store.execute("upsert_run", run_id=self.run_id, kind="train", model=str(Path(self.train_cfg.model).resolve()),
                            status=status, config=self.cfg.to_dict(), manifest=manifest, parent_run_id=None,
                            train_step=self.step_no)
 
@@ -258,54 +267,54 @@ class Trainer:
 
     def rollout(self) -> dict[str, Any]:
         """This rank's prompts of the step and ``n_samples`` responses each."""
-        idx = prompt_indices(len(self.problems), self.step_no, self.t.prompts_per_step, self.t.seed)
+        idx = prompt_indices(len(self.problems), self.step_no, self.train_cfg.prompts_per_step, self.train_cfg.seed)
         per_rank = len(idx) // self.world
         mine = idx[self.rank * per_rank:(self.rank + 1) * per_rank]
         prompts = self.rollout_engine.build_prompts([self.problems[i]["problem"] for i in mine])
-        sampling = SamplingConfig(n=self.algo.n_samples, temperature=self.t.temperature, top_p=1.0,
-                                  max_tokens=self.t.max_tokens, seed=derive_seed(self.t.seed, "rollout", self.step_no),
+        sampling = SamplingConfig(n=self.algo.n_samples, temperature=self.train_cfg.temperature, top_p=1.0,
+                                  max_tokens=self.train_cfg.max_tokens, seed=derive_seed(self.train_cfg.seed, "rollout", self.step_no),
                                   logprobs=True)  # compared with the trainer's own (rollout/logprob_diff_*)
         samples = self.rollout_engine.generate(prompts, sampling)
         return {"indices": mine, "samples": samples, "prompt_ids": self.rollout_engine.encode(prompts)}
 
     # ---- 3b. verification ------------------------------------------------------------------------
 
-    def verify(self, ro: dict[str, Any]) -> Rollouts:
-        samples = ro["samples"]
-        golds = [self.problems[ro["indices"][s.prompt_index]]["gold"] for s in samples]
+    def verify(self, generated: dict[str, Any]) -> Rollouts:
+        samples = generated["samples"]
+        golds = [self.problems[generated["indices"][s.prompt_index]]["gold"] for s in samples]
         verdicts = self.pool.verify([(s.text, g) for s, g in zip(samples, golds)])
-        return Rollouts(**pack(ro["prompt_ids"], samples, self.pad_id),
+        return Rollouts(**pack(generated["prompt_ids"], samples, self.pad_id),
                         group_ids=torch.tensor([s.prompt_index for s in samples], dtype=torch.long),
                         rewards=torch.tensor([v.score for v in verdicts], dtype=torch.float32),
                         texts=[s.text for s in samples], golds=golds,
-                        prompt_index=[ro["indices"][s.prompt_index] for s in samples],
+                        prompt_index=[generated["indices"][s.prompt_index] for s in samples],
                         verdicts=[v.verdict for v in verdicts])
 
     # ---- 3c. old-policy and reference log-probs ------------------------------------------------
 
-    def micro_batches(self, r: Rollouts, rows: torch.Tensor) -> list[MicroBatch]:
+    def micro_batches(self, rollouts: Rollouts, rows: torch.Tensor) -> list[MicroBatch]:
         """``rows`` cut into micro-batches (:func:`prl.training.batches.split_rows`), each to its own longest
         sequence; with a token budget, as many on this rank as on the rank that needs the most."""
-        budget = self.t.max_tokens_per_micro_batch
-        parts = split_rows(rows, r.lengths, size=self.t.micro_batch_size, budget=budget)
+        budget = self.train_cfg.max_tokens_per_micro_batch
+        parts = split_rows(rows, rollouts.lengths, size=self.train_cfg.micro_batch_size, budget=budget)
         if budget:
             k = dist.all_reduce_max(len(parts), self.world, self.device)
-            parts = split_rows(rows, r.lengths, size=self.t.micro_batch_size, budget=budget, at_least=k)
-        return [micro_batch(r, p) for p in parts]
+            parts = split_rows(rows, rollouts.lengths, size=self.train_cfg.micro_batch_size, budget=budget, at_least=k)
+        return [micro_batch(rollouts, p) for p in parts]
 
     def _logprobs(self, model, mb: MicroBatch, **kw) -> tuple[torch.Tensor, torch.Tensor | None]:
-        on = self.device if not (self.t.ref_offload and model is self.ref) else torch.device("cpu")
-        return response_logprobs(model, mb.to(on), temperature=self.t.temperature,
-                                 chunk_tokens=self.t.logprob_chunk_tokens, **kw)
+        on = self.device if not (self.train_cfg.ref_offload and model is self.ref) else torch.device("cpu")
+        return response_logprobs(model, mb.to(on), temperature=self.train_cfg.temperature,
+                                 chunk_tokens=self.train_cfg.logprob_chunk_tokens, **kw)
 
     @torch.no_grad()
-    def logprobs(self, r: Rollouts) -> LogProbs:
+    def logprobs(self, rollouts: Rollouts) -> LogProbs:
         """logp_old (the current policy = the rollout policy) and logp_ref, (B, T) (no logp_ref without a
         reference)."""
         self.engine.module.eval()
-        old = torch.zeros(r.mask.shape)
-        ref = torch.zeros(r.mask.shape) if self.ref is not None else None
-        for mb in self.micro_batches(r, torch.arange(len(r))):
+        old = torch.zeros(rollouts.mask.shape)
+        ref = torch.zeros(rollouts.mask.shape) if self.ref is not None else None
+        for mb in self.micro_batches(rollouts, torch.arange(len(rollouts))):
             T = mb.mask.shape[1]
             old[mb.rows, :T] = self._logprobs(self.engine, mb)[0].cpu()
             if ref is not None:
@@ -314,38 +323,39 @@ class Trainer:
 
     # ---- 3d. advantages -----------------------------------------------------------------------
 
-    def boundaries(self, r: Rollouts) -> torch.Tensor | None:
+    def boundaries(self, rollouts: Rollouts) -> torch.Tensor | None:
         """Step boundaries (B, T) for text splits (they need token texts); None otherwise."""
         if parse_split(self.split).kind != "text":
             return None
-        return split_boundaries(self.tokenizer, r.response_ids, r.mask, self.split)
+        return split_boundaries(self.tokenizer, rollouts.response_ids, rollouts.mask, self.split)
 
-    def advantages(self, r: Rollouts, lp: LogProbs) -> torch.Tensor:
+    def advantages(self, rollouts: Rollouts, logprobs: LogProbs) -> torch.Tensor:
         """ρ (B, T): each response token's weight in the policy loss from the config's estimator (PRL's
         A − S/η filled per step; GRPO / Dr.GRPO / RAFT: the outcome advantage broadcast over the response)."""
-        b = self.boundaries(r) if self.estimator.uses_steps else None
+        bounds = self.boundaries(rollouts) if self.estimator.uses_steps else None
         # without a reference the estimator is one that does not read it (TrainConfig.needs_reference): it gets
         # logp_old in its place, for the shape checks
-        return compute_advantages(self.algo, r.rewards, r.group_ids, lp.old, lp.ref if lp.ref is not None else lp.old,
-                                  r.mask, b)
+        ref = logprobs.ref if logprobs.ref is not None else logprobs.old
+        return compute_advantages(self.algo, rollouts.rewards, rollouts.group_ids, logprobs.old, ref, rollouts.mask,
+                                  bounds)
 
     # ---- 3e. policy update -------------------------------------------------------------------
 
-    def update(self, r: Rollouts, lp: LogProbs, rho: torch.Tensor) -> dict[str, float]:
+    def update(self, rollouts: Rollouts, logprobs: LogProbs, rho: torch.Tensor) -> dict[str, float]:
         """``ppo_epochs`` passes of mini-batch updates; returns loss metrics and grad norm, means over updates."""
         self.engine.module.train()
-        gen = torch.Generator().manual_seed(self.t.seed * 1_000_003 + self.step_no)
-        budget = self.t.max_tokens_per_micro_batch
+        gen = torch.Generator().manual_seed(self.train_cfg.seed * 1_000_003 + self.step_no)
+        budget = self.train_cfg.max_tokens_per_micro_batch
         sums: dict[str, float] = {}
         count, grad_norms = 0, []
-        for _ in range(self.t.ppo_epochs):
-            for mini in torch.randperm(len(r), generator=gen).split(self.t.mini_batch_size):
-                micros = self.micro_batches(r, mini)
-                norm = self._mini_batch_norm(r, mini) if budget else None
+        for _ in range(self.train_cfg.ppo_epochs):
+            for mini in torch.randperm(len(rollouts), generator=gen).split(self.train_cfg.mini_batch_size):
+                micros = self.micro_batches(rollouts, mini)
+                norm = self._mini_batch_norm(rollouts, mini) if budget else None
                 for i, mb in enumerate(micros):
                     if budget:  # the boundary is the last of this mini-batch's micro-batches, however many
                         self.engine.set_gradient_accumulation_boundary(i == len(micros) - 1)
-                    metrics, loss = self._micro_loss(mb, lp, rho, norm)
+                    metrics, loss = self._micro_loss(mb, logprobs, rho, norm)
                     boundary = self.engine.is_gradient_accumulation_boundary()
                     self.engine.backward(loss, scale_wrt_gas=not budget)
                     local_norm = _grad_norm(self.engine.module) if boundary else None  # averaged grads, pre-clip
@@ -358,33 +368,33 @@ class Trainer:
                     count += 1
         out = {k: v / count for k, v in sums.items()}
         out["actor/grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")  # mean over updates
-        out["actor/lr"] = float(self.scheduler.get_last_lr()[0]) if self.scheduler is not None else self.t.lr
+        out["actor/lr"] = float(self.scheduler.get_last_lr()[0]) if self.scheduler is not None else self.train_cfg.lr
         return out
 
-    def _mini_batch_norm(self, r: Rollouts, mini: torch.Tensor) -> float:
+    def _mini_batch_norm(self, rollouts: Rollouts, mini: torch.Tensor) -> float:
         """The mini-batch's count that its micro-batches' losses are divided by (token-mean: response tokens;
         seq-mean-token-mean: responses with a token; RAFT: the selected responses' tokens)."""
-        mask = r.mask[mini]
+        mask = rollouts.mask[mini]
         if self.estimator.loss == "sft":
-            mask = mask & (r.rewards[mini] > 0).unsqueeze(1)
+            mask = mask & (rollouts.rewards[mini] > 0).unsqueeze(1)
         n = mask.sum() if self.algo.loss_agg == "token-mean" else (mask.sum(1) > 0).sum()
         return max(float(n), 1.0)
 
-    def _micro_loss(self, mb: MicroBatch, lp: LogProbs, rho: torch.Tensor, norm: float | None
+    def _micro_loss(self, mb: MicroBatch, logprobs: LogProbs, rho: torch.Tensor, norm: float | None
                     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         T = mb.mask.shape[1]
         logp, entropy = self._logprobs(self.engine, mb, entropy=True)
-        old, a = (x[mb.rows, :T].to(self.device) for x in (lp.old, rho))
+        old, advantage = (x[mb.rows, :T].to(self.device) for x in (logprobs.old, rho))
         mask = mb.mask.to(self.device)
         if self.estimator.loss == "sft":  # RAFT: likelihood of the selected (correct) responses
-            loss = sft_loss(logp, mask & (a > 0), agg=self.algo.loss_agg, norm=norm)
+            loss = sft_loss(logp, mask & (advantage > 0), agg=self.algo.loss_agg, norm=norm)
             metrics = {"actor/sft_loss": loss.detach(), "actor/entropy": masked_mean(entropy, mask)}
         else:
-            loss, metrics = ppo_clip_loss(logp, old, a, mask, clip_low=self.algo.clip_low, clip_high=self.algo.clip_high,
+            loss, metrics = ppo_clip_loss(logp, old, advantage, mask, clip_low=self.algo.clip_low, clip_high=self.algo.clip_high,
                                           dual_clip=self.algo.dual_clip, agg=self.algo.loss_agg, entropy=entropy,
                                           norm=norm)
         if self.algo.kl_loss_coef > 0:
-            ref = lp.ref[mb.rows, :T].to(self.device)
+            ref = logprobs.ref[mb.rows, :T].to(self.device)
             kl = masked_mean(kl_penalty(logp, ref, self.algo.kl_estimator), mask)
             loss = loss + self.algo.kl_loss_coef * kl
             metrics["actor/kl_loss"] = kl.detach()
@@ -395,8 +405,8 @@ class Trainer:
 
     def release_engine(self) -> None:
         """Sleep mode: the engine gives its memory back for log-probs and the update."""
-        if self.t.rollout_sleep_level:
-            self.rollout_engine.sleep(self.t.rollout_sleep_level)
+        if self.train_cfg.rollout_sleep_level:
+            self.rollout_engine.sleep(self.train_cfg.rollout_sleep_level)
 
     def sync_weights(self) -> None:
         """The updated policy into this rank's engine, and the engine awake for the next rollouts.
@@ -407,16 +417,16 @@ class Trainer:
         every engine reloads it. Sleep mode: the weights wake first, then the KV cache, after the sync.
         """
         engine = self.rollout_engine
-        if self.t.rollout_sleep_level:
+        if self.train_cfg.rollout_sleep_level:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()  # the update's freed blocks back to the device, for the engine
             engine.wake_up(["weights"])
         if self.sync_mode == "memory":
-            engine.load_weight_groups(weight_groups(self.engine.module, self.t.zero_stage))
+            engine.load_weight_groups(weight_groups(self.engine.module, self.train_cfg.zero_stage))
         else:
             self.export_policy(force=True)
             engine.update_weights(self.out / SYNC_DIR)
-        if self.t.rollout_sleep_level:
+        if self.train_cfg.rollout_sleep_level:
             engine.wake_up(["kv_cache"])
 
     def export_policy(self, *, force: bool = False) -> Path:
@@ -424,7 +434,7 @@ class Trainer:
         a barrier), as evaluations, the disk sync and users load it. Skipped if this step's is there."""
         target = self.out / SYNC_DIR
         if force or self._exported_step != self.step_no or not (target / "config.json").is_file():
-            with full_parameters(self.engine.module, self.t.zero_stage):
+            with full_parameters(self.engine.module, self.train_cfg.zero_stage):
                 if self.rank == 0:
                     exports.save_policy(self.engine.module, self.tokenizer, target)
             dist.barrier(self.world)
@@ -433,53 +443,55 @@ class Trainer:
 
     # ---- 3g. diagnostics -------------------------------------------------------------------------
 
-    def diagnostics(self, r: Rollouts, lp: LogProbs, rho: torch.Tensor) -> dict[str, float]:
-        m = r.mask
+    def diagnostics(self, rollouts: Rollouts, logprobs: LogProbs, rho: torch.Tensor) -> dict[str, float]:
+        mask = rollouts.mask
         groups: dict[int, list[float]] = {}
-        for g, rew in zip(r.group_ids.tolist(), r.rewards.tolist()):
+        for g, rew in zip(rollouts.group_ids.tolist(), rollouts.rewards.tolist()):
             groups.setdefault(g, []).append(rew)
-        on_response = rho[m]
-        verdicts = {f"verify/{v}_frac": sum(x == v for x in r.verdicts) / max(1, len(r.verdicts))
+        on_response = rho[mask]
+        verdicts = {f"verify/{v}_frac": sum(x == v for x in rollouts.verdicts) / max(1, len(rollouts.verdicts))
                     for v in ("no_answer", "timeout", "error")}
         # The engine sampled from the weights it holds; the trainer recomputes them from its own. Equal up to
         # kernel numerics when the weight sync delivered the update (a stale engine shows as a gap).
-        gap = (r.rollout_logp - lp.old).abs()[m]
+        gap = (rollouts.rollout_logp - logprobs.old).abs()[mask]
         kl: dict[str, float] = {}
-        if lp.ref is not None:
-            k3 = kl_penalty(lp.old, lp.ref, "k3")
-            kl = {"kl/ref": float(masked_mean(k3, m)), "kl/ref_seq_sum": float((k3 * m).sum(1).mean())}
+        if logprobs.ref is not None:
+            k3 = kl_penalty(logprobs.old, logprobs.ref, "k3")
+            kl = {"kl/ref": float(masked_mean(k3, mask)), "kl/ref_seq_sum": float((k3 * mask).sum(1).mean())}
         return {**verdicts, **kl,
-                "reward/mean": float(r.rewards.mean()),
-                "reward/accuracy": float((r.rewards >= 1.0).float().mean()),
+                "reward/mean": float(rollouts.rewards.mean()),
+                "reward/accuracy": float((rollouts.rewards >= 1.0).float().mean()),
                 "reward/all_equal_group_frac": sum(len(set(v)) == 1 for v in groups.values()) / max(1, len(groups)),
-                "response/length": float(m.sum(1).float().mean()),
-                "response/clipped_frac": float((m.sum(1) >= self.t.max_tokens).float().mean()),
+                "response/length": float(mask.sum(1).float().mean()),
+                "response/clipped_frac": float((mask.sum(1) >= self.train_cfg.max_tokens).float().mean()),
                 "prl/rho_mean": float(on_response.mean()) if on_response.numel() else float("nan"),
                 "prl/rho_std": float(on_response.std()) if on_response.numel() > 1 else float("nan"),
                 "rollout/logprob_diff_max": float(gap.max()) if gap.numel() else float("nan"),
                 "rollout/logprob_diff_mean": float(gap.mean()) if gap.numel() else float("nan"),
                 }
 
-    def segments(self, r: Rollouts, lp: LogProbs, rho: torch.Tensor) -> list[dict[str, Any]]:
+    def segments(self, rollouts: Rollouts, logprobs: LogProbs, rho: torch.Tensor) -> list[dict[str, Any]]:
         """Per-segment rows (bounds, S at the boundary, ρ) for the first ``segments_per_step`` rollouts."""
-        k = min(self.t.segments_per_step, len(r))
+        k = min(self.train_cfg.segments_per_step, len(rollouts))
         if k == 0:
             return []
-        m = r.mask[:k]
-        b = split_boundaries(self.tokenizer, r.response_ids[:k], m, self.split if self.estimator.uses_steps else "token")
-        S = suffix_sums((lp.old[:k] - lp.ref[:k]).double(), m) if lp.ref is not None else None
+        mask = rollouts.mask[:k]
+        split = self.split if self.estimator.uses_steps else "token"
+        bounds = split_boundaries(self.tokenizer, rollouts.response_ids[:k], mask, split)
+        S = suffix_sums((logprobs.old[:k] - logprobs.ref[:k]).double(), mask) if logprobs.ref is not None else None
         return [{"run_id": self.run_id, "step": self.step_no, "rollout_idx": i, "segment_idx": j,
                  "start_tok": start, "end_tok": end, "kl_to_go": float(S[i, end]) if S is not None else None,
                  "rho": float(rho[i, end])}
-                for i in range(k) for j, (start, end) in enumerate(segment_bounds(b[i]))]
+                for i in range(k) for j, (start, end) in enumerate(segment_bounds(bounds[i]))]
 
-    def inspected_rollouts(self, r: Rollouts) -> list[dict[str, Any]]:
+    def inspected_rollouts(self, rollouts: Rollouts) -> list[dict[str, Any]]:
         """The rollouts whose segments are logged, with each response token's text (for the dashboard)."""
-        k = min(self.t.segments_per_step, len(r))
+        k = min(self.train_cfg.segments_per_step, len(rollouts))
         return [{"run_id": self.run_id, "step": self.step_no, "rollout_idx": i,
-                 "problem": self.problems[r.prompt_index[i]]["problem"], "gold": r.golds[i], "response": r.texts[i],
-                 "reward": float(r.rewards[i]),
-                 "tokens": token_texts(self.tokenizer, r.response_ids[i][r.mask[i]])}
+                 "problem": self.problems[rollouts.prompt_index[i]]["problem"], "gold": rollouts.golds[i],
+                 "response": rollouts.texts[i],
+                 "reward": float(rollouts.rewards[i]),
+                 "tokens": token_texts(self.tokenizer, rollouts.response_ids[i][rollouts.mask[i]])}
                 for i in range(k)]
 
     # ---- 3h. one step ----------------------------------------------------------------------------
@@ -487,39 +499,41 @@ class Trainer:
     def step(self) -> dict[str, float]:
         """One full step; returns the metrics written for it (each phase's time and peak memory among them)."""
         peaks: dict[str, float] = {}
-        m = self.meter
-        t0 = time.perf_counter()
-        m.start()
-        ro = self.rollout()
-        peaks["rollout"] = m.peak_gib()
-        t1 = time.perf_counter()
+        meter = self.meter
+        start = time.perf_counter()
+        meter.start()
+        generated = self.rollout()
+        peaks["rollout"] = meter.peak_gib()
+        generated_at = time.perf_counter()
         self.release_engine()
-        r = self.verify(ro)
-        t2 = time.perf_counter()
-        m.start()
-        lp = self.logprobs(r)
-        peaks["logprobs"] = m.peak_gib()
-        t3 = time.perf_counter()
-        rho = self.advantages(r, lp)
-        metrics = self.diagnostics(r, lp, rho)
-        m.start()
-        metrics.update(self.update(r, lp, rho))
-        peaks["update"] = m.peak_gib()
-        t4 = time.perf_counter()
-        m.start()
+        rollouts = self.verify(generated)
+        verified_at = time.perf_counter()
+        meter.start()
+        logprobs = self.logprobs(rollouts)
+        peaks["logprobs"] = meter.peak_gib()
+        logprobs_at = time.perf_counter()
+        rho = self.advantages(rollouts, logprobs)
+        metrics = self.diagnostics(rollouts, logprobs, rho)
+        meter.start()
+        metrics.update(self.update(rollouts, logprobs, rho))
+        peaks["update"] = meter.peak_gib()
+        updated_at = time.perf_counter()
+        meter.start()
         self.sync_weights()
-        peaks["sync"] = m.peak_gib()
-        t5 = time.perf_counter()
-        metrics.update({"time/generate": t1 - t0, "time/verify": t2 - t1, "time/logprobs": t3 - t2,
-                        "time/update": t4 - t3, "time/sync": t5 - t4, "time/step": t5 - t0})
+        peaks["sync"] = meter.peak_gib()
+        synced_at = time.perf_counter()
+        metrics.update({"time/generate": generated_at - start, "time/verify": verified_at - generated_at,
+                        "time/logprobs": logprobs_at - verified_at, "time/update": updated_at - logprobs_at,
+                        "time/sync": synced_at - updated_at, "time/step": synced_at - start})
         metrics.update({f"memory/{phase}_peak_gib": v for phase, v in peaks.items()})
-        metrics["memory/held_gib"] = m.now_gib()  # what stays between steps: states, reference, the engine
-        outside = m.outside_allocator_gib()
+        metrics["memory/held_gib"] = meter.now_gib()  # what stays between steps: states, reference, the engine
+        outside = meter.outside_allocator_gib()
         if outside is not None:
             metrics["memory/outside_allocator_gib"] = outside
         metrics = dist.all_reduce_mean(metrics, self.world, self.device)
         self.step_no += 1
-        segs = {"segments": self.segments(r, lp, rho), "rollouts": self.inspected_rollouts(r)} if self.rank == 0 else {}
+        segs = ({"segments": self.segments(rollouts, logprobs, rho), "rollouts": self.inspected_rollouts(rollouts)}
+                if self.rank == 0 else {})
         self.finish_step(metrics, segs)
         return metrics
 
@@ -528,9 +542,9 @@ class Trainer:
     def finish_step(self, metrics: dict[str, float], segs: dict[str, list[dict[str, Any]]]) -> None:
         step = self.step_no
         self._pending.append((step, metrics, segs))
-        if step % self.t.checkpoint_every == 0 or step == self.t.steps:
+        if step % self.train_cfg.checkpoint_every == 0 or step == self.train_cfg.steps:
             self.save_checkpoint()
-            if self.t.export_checkpoints:
+            if self.train_cfg.export_checkpoints:
                 self.export_checkpoint()
         if self.store is not None:
             self.write_metrics(step, metrics, segs)
@@ -547,26 +561,26 @@ class Trainer:
     def save_checkpoint(self) -> None:
         state = {"step": self.step_no, "pending": self._pending, "torch_rng": torch.get_rng_state(),
                  "python_rng": random.getstate()}
-        save_resume.save(self.engine, self.out, self.step_no, state, keep=self.t.keep_checkpoints, rank=self.rank)
+        save_resume.save(self.engine, self.out, self.step_no, state, keep=self.train_cfg.keep_checkpoints, rank=self.rank)
         self._pending = []
 
     def export_checkpoint(self) -> Path:
         """The checkpoint's policy as a Hugging Face directory ``out/exports/step_N`` (what vLLM and the
-        ``evaluate-checkpoint`` deployment load) with its record, announced by a Prefect event."""
+        ``evaluate-checkpoint`` deployment load) with its record, reported to ``on_export``."""
         target = exports.export_dir(self.out, self.step_no)
-        with full_parameters(self.engine.module, self.t.zero_stage):
+        with full_parameters(self.engine.module, self.train_cfg.zero_stage):
             if self.rank == 0:
                 exports.save_policy(self.engine.module, self.tokenizer, target)
         dist.barrier(self.world)
         if self.rank == 0:
-            record = exports.write_record(target, run_id=self.run_id, step=self.step_no, db=self.t.db, evaluation={
-                "datasets": list(self.t.eval_datasets), "n": self.t.eval_n, "limit": self.t.eval_limit,
-                "max_tokens": self.t.max_tokens, "engine": self.t.engine, "seed": self.t.seed})
-            sent = exports.emit_checkpoint_event(record, log=self.log)
-            self.log(f"[train] step {self.step_no}: export {target} (fingerprint {record['fingerprint']})"
-                     + (f", event {exports.CHECKPOINT_EVENT} sent" if sent else ""))
-            if self.t.keep_exports:
-                for old in sorted((self.out / exports.EXPORTS_DIR).glob("step_*"))[: -self.t.keep_exports]:
+            record = exports.write_record(target, run_id=self.run_id, step=self.step_no, db=self.train_cfg.db, evaluation={
+                "datasets": list(self.train_cfg.eval_datasets), "n": self.train_cfg.eval_n, "limit": self.train_cfg.eval_limit,
+                "max_tokens": self.train_cfg.max_tokens, "engine": self.train_cfg.engine, "seed": self.train_cfg.seed})
+            self.log(f"[train] step {self.step_no}: export {target} (fingerprint {record['fingerprint']})")
+            if self.on_export is not None:
+                self.on_export(record)
+            if self.train_cfg.keep_exports:
+                for old in sorted((self.out / exports.EXPORTS_DIR).glob("step_*"))[: -self.train_cfg.keep_exports]:
                     shutil.rmtree(old, ignore_errors=True)
         return target
 
@@ -604,17 +618,17 @@ class Trainer:
         """Evaluate the current policy through the evaluation path: every rank's engine generates and verifies
         a share of the problems, rank 0 stores them (:func:`prl.evaluation.evaluate.run_evaluation_across_ranks`).
         The run records ``out/policy`` (or this step's export): the weights the engines hold."""
-        if not self.t.eval_datasets:
+        if not self.train_cfg.eval_datasets:
             return None
         self.export_policy()  # the evaluation records (and a user reloads) the weights it evaluated
         # the step's checkpoint export when there is one: the same model (path and fingerprint) that the
         # evaluate-checkpoint deployment evaluates for this step, so both resume one run, never make two
         export = exports.export_dir(self.out, self.step_no)
         model = export if (export / exports.EXPORT_RECORD).is_file() else self.out / SYNC_DIR
-        cfg = EvalConfig(model=str(model), datasets=tuple(self.t.eval_datasets), n=self.t.eval_n,
-                         db=self.t.db, run_id=exports.eval_run_id(self.run_id, self.step_no), engine=self.t.engine,
-                         limit=self.t.eval_limit, max_tokens=self.t.max_tokens, temperature=1.0, seed=self.t.seed,
-                         dtype=self.t.dtype, **asdict(VerifierSettings.of(self.t)), parent_run_id=self.run_id,
+        cfg = EvalConfig(model=str(model), datasets=tuple(self.train_cfg.eval_datasets), n=self.train_cfg.eval_n,
+                         db=self.train_cfg.db, run_id=exports.eval_run_id(self.run_id, self.step_no), engine=self.train_cfg.engine,
+                         limit=self.train_cfg.eval_limit, max_tokens=self.train_cfg.max_tokens, temperature=1.0, seed=self.train_cfg.seed,
+                         dtype=self.train_cfg.dtype, **asdict(VerifierSettings.of(self.train_cfg)), parent_run_id=self.run_id,
                          train_step=self.step_no)
         return run_evaluation_across_ranks(cfg, engine=self.rollout_engine, pool=self.pool, rank=self.rank,
                                            world=self.world, share=lambda obj: dist.broadcast(obj, self.world),
@@ -629,31 +643,32 @@ class Trainer:
             if resume and self.resume():
                 resumed_from = self.step_no
             elif not resume:
-                check_fresh_start(self.t)
-            bar = tqdm(total=self.t.steps, initial=self.step_no, desc=f"train {self.run_id}", unit="step",
+                check_fresh_start(self.train_cfg)
+            bar = tqdm(total=self.train_cfg.steps, initial=self.step_no, desc=f"train {self.run_id}", unit="step",
                        disable=not self.progress, file=sys.stderr)
-            while self.step_no < self.t.steps:
-                m = self.step()
+            while self.step_no < self.train_cfg.steps:
+                metrics = self.step()
                 bar.update(1)
-                self.log(summary_line(self.step_no, m))
-                if self.t.eval_every and self.step_no % self.t.eval_every == 0 and self.step_no < self.t.steps:
+                self.log(summary_line(self.step_no, metrics))
+                if self.train_cfg.eval_every and self.step_no % self.train_cfg.eval_every == 0 and self.step_no < self.train_cfg.steps:
                     self.evaluate()
             bar.close()
             self.export_policy()  # out/policy: the trained model, whichever way the steps were synced
-            final_eval = self.evaluate() if self.t.eval_datasets else None
+            final_eval = self.evaluate() if self.train_cfg.eval_datasets else None
             if self.store is not None:
-                self.register_run("finished")
+                self.record_run("finished")
             return {"run_id": self.run_id, "steps": self.step_no, "resumed_from_step": resumed_from,
-                    "db": self.t.db, "out_dir": str(self.out), "final_eval": final_eval}
+                    "db": self.train_cfg.db, "out_dir": str(self.out), "final_eval": final_eval}
         except BaseException:
             if self.store is not None:
-                self.store.execute("set_run_status", run_id=self.run_id, status="failed")
+                self.record_run("failed")
             raise
         finally:
             self.close()
 
 
-def summary_line(step: int, m: dict[str, float]) -> str:
+def summary_line(step: int, metrics: dict[str, float]) -> str:
+    m = metrics
     return (f"[train] step {step}: reward {m['reward/mean']:.3f}, len {m['response/length']:.0f}, "
             f"kl_ref {m.get('kl/ref', float('nan')):.4f}, rho {m['prl/rho_mean']:+.3f}±{m['prl/rho_std']:.3f}, "
             f"clip {m.get('actor/clipfrac', float('nan')):.3f}, loss {m['actor/loss']:+.4f}, "
@@ -678,12 +693,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # set by the deepspeed launcher
     args = ap.parse_args(argv)
-    logs.configure_from_env()  # launched by `prl demo`/`prl train`: library messages into their log file
+    log_routing.configure_from_env()  # launched by `prl demo`/`prl train`: library messages into their log file
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     cfg = run_config_from_args(args)
-    with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the final JSON line
-        trainer = Trainer(cfg, log=lambda m: print(m, file=sys.stderr, flush=True), progress=not args.no_progress)
+    stdout = sys.stdout
+
+    def announce(record: dict[str, Any]) -> None:  # to the launcher (the train flow emits the Prefect event)
+        print(exports.announcement(record), file=stdout, flush=True)
+
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries only export announcements and the final JSON line
+        trainer = Trainer(cfg, log=lambda m: print(m, file=sys.stderr, flush=True), progress=not args.no_progress,
+                          on_export=announce)
         try:
             result = trainer.run(resume=args.resume)
         except (CheckpointError, ConfigError) as e:  # one line for the launcher's log, no traceback

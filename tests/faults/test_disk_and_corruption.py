@@ -79,7 +79,7 @@ def _config(model, out: Path, db: Path, steps: int) -> Path:
 
 
 def _steps(db):
-    return sorted({s for s, _n, _v in Store(db, create=False, lock_timeout_s=30).rows("train_metrics_for_run", run_id="d")})
+    return [s for s, in Store(db, create=False, lock_timeout_s=30).rows("train_steps_for_run", run_id="d")]
 
 
 @pytest.mark.e2e

@@ -97,7 +97,7 @@ def _train_config(model, tmp_path, steps: int) -> Path:
 
 def _steps(db) -> dict[int, set[str]]:
     out: dict[int, set[str]] = {}
-    for step, name, _v in Store(db, create=False, lock_timeout_s=30).rows("train_metrics_for_run", run_id="t"):
+    for _run, step, name, _v in Store(db, create=False, lock_timeout_s=30).rows("train_metrics_for_runs", run_ids=["t"]):
         out.setdefault(step, set()).add(name)
     return out
 

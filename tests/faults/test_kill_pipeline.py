@@ -40,7 +40,7 @@ def _state(db) -> dict:
     out = {}
     for est in ("prl", "grpo"):
         per_step: dict[int, set[str]] = {}
-        for step, name, _v in store.rows("train_metrics_for_run", run_id=f"demo-train-{est}"):
+        for _run, step, name, _v in store.rows("train_metrics_for_runs", run_ids=[f"demo-train-{est}"]):
             per_step.setdefault(step, set()).add(name)
         out[f"train_{est}"] = per_step
     for name in EVAL_RUNS:

@@ -72,17 +72,18 @@ class SamplingConfig:
     docs/architecture.md §Evaluation protocol)."""
 
     n: int = 8
-    """Samples per prompt."""
+    """Samples per prompt (per problem in an evaluation)."""
     temperature: float = 1.0
     """Sampling temperature; 0 means greedy decoding."""
     top_p: float = 1.0
     """Nucleus sampling mass, in (0, 1]."""
     max_tokens: int = 3072
-    """Maximum generated tokens per sample (generation also stops when the context is full)."""
+    """Maximum generated tokens per sample (the paper: 3072; generation also stops when the context is full)."""
     stop: tuple[str, ...] = field(default=(), metadata=REPEATED)
     """Stop strings: generation ends when the response text contains one; it is cut off the text."""
     seed: int = 0
-    """Seed of the sampler, applied at the start of every ``generate`` call."""
+    """Seed of the sampler, applied at the start of every ``generate`` call (vLLM: per prompt, so shards and
+    resumed runs reproduce one run)."""
     logprobs: bool = field(default=True, metadata=NO_FLAG)
     """Return the log-probability of every generated token."""
     ignore_eos: bool = field(default=False, metadata=NO_FLAG)

@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from prl import logs
+from prl import log_routing
 from prl.generation.engines.base import (Engine, EngineError, Sample, SamplingConfig, check_weights_dir, head_dim_of, prompt_seeds,
                    response_text)
 
@@ -160,13 +160,13 @@ def _vllm_logging() -> None:
     Prefect's API log handler, whose flush waits for a worker thread that needs that same lock: the
     process deadlocked, idle, at the demo's third evaluation. With ``VLLM_CONFIGURE_LOGGING=0`` (set
     before the first engine; vLLM caches its environment) nothing is reconfigured. The handler
-    (:class:`prl.logs.RoutedHandler`) sends vLLM's records to the run's log file when ``prl`` set one
-    up (:func:`prl.logs.configure`), else to stderr.
+    (:class:`prl.log_routing.RoutedHandler`) sends vLLM's records to the run's log file when ``prl`` set one
+    up (:func:`prl.log_routing.configure`), else to stderr.
     """
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     log = logging.getLogger("vllm")
     if not any(getattr(h, "_prl_vllm", False) for h in log.handlers):
-        handler = logs.RoutedHandler()
+        handler = log_routing.RoutedHandler()
         handler._prl_vllm = True  # type: ignore[attr-defined]
         log.addHandler(handler)
         log.propagate = False
@@ -187,7 +187,7 @@ class VLLMEngine(Engine):
                          logprobs_mode=logprobs_mode, require_chat_template=require_chat_template)
         _vllm_logging()
         try:
-            with logs.stderr_to_log():  # torch's kernel re-registration warnings are C++ prints at import
+            with log_routing.stderr_to_log():  # torch's kernel re-registration warnings are C++ prints at import
                 import vllm
                 from vllm import LLM
         except ImportError as e:
@@ -241,7 +241,7 @@ class VLLMEngine(Engine):
             logprobs_mode="processed_logprobs" if logprobs_mode == "processed" else "raw_logprobs",
             worker_extension_cls=f"{__name__}.PRLWorkerExtension",
             disable_log_stats=True,
-            use_tqdm_on_load=not logs.quiet(),  # the weight-loading bar is vLLM's, not our progress
+            use_tqdm_on_load=not log_routing.quiet(),  # the weight-loading bar is vLLM's, not our progress
         )
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
@@ -268,8 +268,8 @@ class VLLMEngine(Engine):
             os.environ[_MP_ENV] = "0"  # read while the engine is built, not afterwards
         try:
             # C++ warnings (NUMA binding, kernel registration) and a separate engine core's whole
-            # stderr bypass logging: into the run's log file when there is one (prl.logs)
-            with logs.stderr_to_log():
+            # stderr bypass logging: into the run's log file when there is one (prl.log_routing)
+            with log_routing.stderr_to_log():
                 self.llm = LLM(**kwargs)
         except Exception as e:
             msg = str(e)

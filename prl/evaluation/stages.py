@@ -1,5 +1,5 @@
-"""The steps of an evaluation run as plain functions: load problems → register the run → per chunk
-of problems: generate → verify → store (one transaction) → finish the run.
+"""The stages of an evaluation run as plain functions: load problems → record the run's start → per chunk
+of problems: generate → verify → store (one transaction) → record the run's finish (or status).
 
 ``prl.evaluation.evaluate.run_evaluation`` chains them in this process; ``prl.evaluation.shards``
 runs the chunk steps on a worker; ``flows/evaluate.py`` runs them as Prefect tasks.
@@ -60,12 +60,12 @@ def eval_manifest(cfg: EvalConfig, problems: Sequence[Problem], engine_info: dic
     }
 
 
-def check_resumable(store: Store, cfg: EvalConfig) -> list[tuple]:
-    """The stored run row if ``cfg``'s run id exists (and may be resumed), [] if new; EvalError otherwise."""
+def check_resumable(store: Store, cfg: EvalConfig) -> list[dict[str, Any]]:
+    """The stored run record if ``cfg``'s run id exists (and may be resumed), [] if new; EvalError otherwise."""
     run_id = cfg.resolved_run_id()
-    existing = store.rows("get_run", run_id=run_id)
+    existing = store.records("get_run", run_id=run_id)
     if existing:
-        kind, old_config = existing[0][1], json.loads(existing[0][5] or "{}")
+        kind, old_config = existing[0]["kind"], json.loads(existing[0]["config"] or "{}")
         if kind != "eval":
             raise EvalError(f"run_id: {run_id!r} is a {kind} run in {cfg.db}; choose another --run-id")
         old = {k: old_config.get(k) for k in cfg.identity()}
@@ -92,7 +92,7 @@ def preflight(cfg: EvalConfig) -> None:
         check_resumable(Store(cfg.db, create=False), cfg)
 
 
-def register_run(store: Store, cfg: EvalConfig, problems: Sequence[Problem]) -> dict[str, Any]:
+def record_run_start(store: Store, cfg: EvalConfig, problems: Sequence[Problem]) -> dict[str, Any]:
     """Record the run (status 'running') and its problems; refuse to resume with other settings.
 
     Returns {"run_id", "resumed"}.
@@ -103,11 +103,11 @@ def register_run(store: Store, cfg: EvalConfig, problems: Sequence[Problem]) -> 
     store.insert_problems(problems)
     config = cfg.to_dict()
     if existing:  # a resumed run keeps its config, with the union of data sets
-        old_config = json.loads(existing[0][5] or "{}")
+        old_config = json.loads(existing[0]["config"] or "{}")
         config["datasets"] = sorted(set(old_config.get("datasets", [])) | set(config["datasets"]))
     manifest = eval_manifest(cfg, problems)
     if existing:  # keep what the attempts that generated recorded about the engine and template
-        old_manifest = json.loads(existing[0][6] or "{}")
+        old_manifest = json.loads(existing[0]["manifest"] or "{}")
         manifest["engine"] = old_manifest.get("engine")
         manifest["prompt"] = old_manifest.get("prompt", manifest["prompt"])
         manifest["attempts"] = old_manifest.get("attempts", 1) + 1
@@ -118,7 +118,7 @@ def register_run(store: Store, cfg: EvalConfig, problems: Sequence[Problem]) -> 
 
 def pending_problems(store: Store, run_id: str, problems: Sequence[Problem], n: int) -> list[Problem]:
     """The problems with fewer than ``n`` stored samples in this run."""
-    stored = {(d, pid): c for d, pid, c in store.rows("stored_counts_for_run", run_id=run_id)}
+    stored = {(r["dataset"], r["problem_id"]): r["stored"] for r in store.records("stored_counts_for_run", run_id=run_id)}
     return [p for p in problems if stored.get((p.dataset, p.problem_id), 0) < n]
 
 
@@ -167,24 +167,26 @@ def verify_chunk(pool, run_id: str, problems: Sequence[Problem], samples: Sequen
     return rows
 
 
-def finish_run(store: Store, cfg: EvalConfig, run_id: str, problems: Sequence[Problem], engine_info, template,
-               summary: dict[str, Any]) -> None:
-    old = store.rows("get_run", run_id=run_id)
-    old_manifest = json.loads(old[0][6]) if old and old[0][6] else {}
+def record_run_finish(store: Store, cfg: EvalConfig, run_id: str, problems: Sequence[Problem], engine_info, template,
+                      summary: dict[str, Any]) -> None:
+    """Record the run as finished: its manifest with the engine, template and summary (an attempt that generated
+    nothing keeps what the generating attempt recorded) and the config it was started with."""
+    old = store.records("get_run", run_id=run_id)
+    old_manifest = json.loads(old[0]["manifest"]) if old and old[0]["manifest"] else {}
     if engine_info is None:  # nothing was generated this time: keep what the generating attempt recorded
         engine_info = old_manifest.get("engine")
         template = {k: v for k, v in old_manifest.get("prompt", {}).items() if k.startswith("template") or k == "format"} or None
     manifest = eval_manifest(cfg, problems, engine_info, template)
     manifest["summary"] = summary
     manifest["attempts"] = old_manifest.get("attempts", 1)
-    config = json.loads(old[0][5]) if old and old[0][5] else cfg.to_dict()
+    config = json.loads(old[0]["config"]) if old and old[0]["config"] else cfg.to_dict()
     store.execute("upsert_run", run_id=run_id, kind="eval", model=str(Path(cfg.model).resolve()), status="finished",
                   config=config, manifest=manifest, parent_run_id=cfg.parent_run_id, train_step=cfg.train_step)
 
 
-def mark_failed(store: Store, run_id: str) -> None:
-    """Status 'failed' (what is stored stays; rerunning the same command resumes)."""
-    store.execute("set_run_status", run_id=run_id, status="failed")
+def record_run_status(store: Store, run_id: str, status: str) -> None:
+    """Only the run's status (a failed run: what is stored stays; rerunning the same command resumes)."""
+    store.execute("set_run_status", run_id=run_id, status=status)
 
 
 def store_chunk(db: str, rows: list[dict[str, Any]]) -> int:

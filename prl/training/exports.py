@@ -1,13 +1,16 @@
-"""Checkpoint exports and the event that announces them: what makes evaluation follow training.
+"""Hugging Face exports of the policy: what makes evaluation follow training.
 
-A DeepSpeed checkpoint holds the optimizer and the ZeRO partitions; vLLM cannot load it. At every
-checkpoint the trainer also writes the policy as a Hugging Face directory, ``OUT/exports/step_N``,
-with an :data:`EXPORT_RECORD` beside the weights (run id, step, path, weights fingerprint, store and
-the run's evaluation settings), and emits the Prefect event :data:`CHECKPOINT_EVENT` with that record
-as payload. The ``evaluate-checkpoint`` deployment (``prefect.yaml``) is triggered by the event, and
-the nightly ``evaluate-pending`` deployment finds the exports that no evaluation has covered yet.
-The evaluation's run id is :func:`eval_run_id` and its config records the fingerprint, so the same
-checkpoint is never evaluated into two runs, and an event delivered twice resumes a finished run.
+A DeepSpeed checkpoint (:mod:`prl.training.resume`) holds the optimizer and the ZeRO partitions; vLLM
+cannot load it. At every checkpoint the trainer also writes the policy as a Hugging Face directory,
+``OUT/exports/step_N``, with an :data:`EXPORT_RECORD` beside the weights (run id, step, path, weights
+fingerprint, store and the run's evaluation settings), and reports the record to whoever launched it
+(:func:`announcement`: one line on the training script's stdout). The ``train`` flow turns each report into
+the Prefect event :data:`CHECKPOINT_EVENT` with the record as payload
+(``flows.export_evaluation.emit_checkpoint_event``); the ``evaluate-checkpoint`` deployment
+(``prefect.yaml``) is triggered by the event, and the nightly ``evaluate-pending`` deployment finds the
+exports that no evaluation has covered yet. The evaluation's run id is :func:`eval_run_id` and its config
+records the fingerprint, so the same checkpoint is never evaluated into two runs, and an event delivered
+twice resumes a finished run.
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from prl.evaluation.config import model_fingerprint
 
 CHECKPOINT_EVENT = "prl.checkpoint.saved"
-"""The Prefect event a trainer emits for each checkpoint export (the automation's trigger)."""
+"""The Prefect event the ``train`` flow emits for each checkpoint export (the automation's trigger)."""
 RESOURCE_PREFIX = "prl.train-run."
 """The event's resource id is this prefix + the training run id."""
 EXPORTS_DIR = "exports"
@@ -67,33 +70,26 @@ def read_record(export: str | Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{p}: not a checkpoint export (no {EXPORT_RECORD})") from None
 
 
-def events_enabled() -> bool:
-    """Events go to a Prefect server named by PREFECT_API_URL; without one there is nobody to trigger
-    (a temporary in-process server would die with the trainer)."""
-    return bool(os.environ.get("PREFECT_API_URL"))
+ANNOUNCEMENT = "prl-export-saved "
+"""The prefix of the stdout line by which the training script reports an export record (:func:`announcement`)."""
 
 
-def emit_checkpoint_event(record: dict[str, Any], log: Callable[[str], None] = print) -> bool:
-    """Emit :data:`CHECKPOINT_EVENT` for an export record and wait (≤ 10 s) until it has been sent.
-    Returns whether it was sent; a server that cannot be reached is reported, never fatal to training."""
-    if not events_enabled():
-        return False
+def announcement(record: dict[str, Any]) -> str:
+    """The one line (no newline) that reports an export ``record`` to the process that launched the trainer."""
+    return ANNOUNCEMENT + json.dumps(record, default=str)
+
+
+def read_announcement(line: str) -> dict[str, Any] | None:
+    """The export record an :func:`announcement` line carries; None for any other line."""
+    if not line.startswith(ANNOUNCEMENT):
+        return None
     try:
-        from prefect.events import emit_event
-        from prefect.events.worker import EventsWorker
-
-        event = emit_event(event=CHECKPOINT_EVENT,
-                           resource={"prefect.resource.id": RESOURCE_PREFIX + record["run_id"],
-                                     "prefect.resource.name": record["run_id"]},
-                           payload=record)
-        EventsWorker.drain_all(timeout=10)
-        return event is not None
-    except Exception as e:  # noqa: BLE001 - an unreachable server must not stop the training run
-        log(f"[train] WARNING: checkpoint event for step {record['step']} not sent ({type(e).__name__}: {e})")
-        return False
+        return json.loads(line[len(ANNOUNCEMENT):])
+    except ValueError:
+        return None
 
 
-def exports(root: str | Path) -> list[dict[str, Any]]:
+def find_exports(root: str | Path) -> list[dict[str, Any]]:
     """The export records under ``root`` (any depth), oldest step first within each run."""
     out = []
     for p in sorted(Path(root).glob(f"**/{EXPORTS_DIR}/step_*/{EXPORT_RECORD}")):

@@ -1,9 +1,9 @@
 """Where log records go: our own lines on the console, third-party chatter in the run's log file.
 
-A run of ``prl eval``, ``prl train`` or ``prl demo`` used to print ~25 lines of vLLM, torch and
-Prefect messages at every engine start (Triton, LD_PRELOAD advice, NUMA binding, deprecated
-``reduce_op``, "Task run ... Finished in state Completed()") between our own progress lines; a user
-reads them as something to fix. :func:`configure` sends them to a log file instead:
+Libraries print many lines at every engine start of ``prl eval``, ``prl train`` or ``prl demo`` (vLLM,
+torch and Prefect: Triton, LD_PRELOAD advice, NUMA binding, deprecated ``reduce_op``, "Task run ...
+Finished in state Completed()"); a user reads them as something to fix. :func:`configure` sends them to
+a log file:
 
 * The console (stderr) keeps records from our packages (``prl``, ``prl_core``, ``flows``,
   ``prl_cli``, ``dashboard``: by logger name, or, for the Prefect run loggers our flows log

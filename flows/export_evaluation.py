@@ -10,21 +10,52 @@ for it resumes the finished run and adds nothing, and other weights under that r
 
 ``evaluate-pending`` (scheduled nightly in ``prefect.yaml``) evaluates every export under a folder
 whose evaluation is missing or unfinished: what a server that was down when the events were emitted
-did not see.
+did not see (and what a trainer launched without the ``train`` flow never announced).
+
+:func:`emit_checkpoint_event` is the event itself: the ``train`` flow calls it for each export the training
+script reports (``prl.training.exports.announcement``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Callable
 
 from prefect import flow
 
 from flows.evaluate import evaluate_flow
-from flows.logs import log as _log
+from flows.run_log import log as _log
 
 from prl.evaluation.config import EvalConfig, EvalError, model_fingerprint
 from prl.store.db import Store
-from prl.training import checkpoints as ckpt
+from prl.training import exports
+
+
+def events_enabled() -> bool:
+    """Events go to a Prefect server named by PREFECT_API_URL; without one there is nobody to trigger
+    (a temporary in-process server would die with the run)."""
+    return bool(os.environ.get("PREFECT_API_URL"))
+
+
+def emit_checkpoint_event(record: dict[str, Any], log: Callable[[str], None] = _log) -> bool:
+    """Emit ``prl.checkpoint.saved`` (:data:`prl.training.exports.CHECKPOINT_EVENT`) for an export record and
+    wait (≤ 10 s) until it has been sent. Returns whether it was sent; a server that cannot be reached is
+    reported, never fatal to training."""
+    if not events_enabled():
+        return False
+    try:
+        from prefect.events import emit_event
+        from prefect.events.worker import EventsWorker
+
+        event = emit_event(event=exports.CHECKPOINT_EVENT,
+                           resource={"prefect.resource.id": exports.RESOURCE_PREFIX + record["run_id"],
+                                     "prefect.resource.name": record["run_id"]},
+                           payload=record)
+        EventsWorker.drain_all(timeout=10)
+        return event is not None
+    except Exception as e:  # noqa: BLE001 - an unreachable server must not stop the training run
+        log(f"[train] WARNING: checkpoint event for step {record['step']} not sent ({type(e).__name__}: {e})")
+        return False
 
 
 def checkpoint_eval_config(record: dict[str, Any], *, datasets: list[str] | None = None, n: int | None = None,
@@ -38,7 +69,7 @@ def checkpoint_eval_config(record: dict[str, Any], *, datasets: list[str] | None
         raise EvalError(f"{record['path']}: the training run configured no evaluation data sets (train.eval_datasets); "
                         "give the deployment's datasets parameter")
     return EvalConfig(model=record["path"], datasets=tuple(chosen), n=int(n or ev.get("n") or 4),
-                      db=db or record["db"], run_id=ckpt.eval_run_id(record["run_id"], int(record["step"])),
+                      db=db or record["db"], run_id=exports.eval_run_id(record["run_id"], int(record["step"])),
                       engine=engine or ev.get("engine") or "vllm", limit=limit if limit is not None else ev.get("limit"),
                       max_tokens=int(ev.get("max_tokens") or 96), temperature=1.0, seed=int(ev.get("seed") or 0),
                       verifier_workers=1, parent_run_id=record["run_id"], train_step=int(record["step"]))
@@ -49,7 +80,7 @@ def evaluate_checkpoint(path: str, run_id: str | None = None, step: int | None =
                         datasets: list[str] | None = None, n: int | None = None, limit: int | None = None,
                         db: str | None = None, engine: str | None = None) -> dict[str, Any]:
     """Evaluate the checkpoint export at ``path`` (the event's payload fills the other parameters)."""
-    record = ckpt.read_record(path)
+    record = exports.read_record(path)
     for name, given in (("run_id", run_id), ("step", step)):
         if given is not None and str(given) != str(record[name]):
             raise EvalError(f"{path}: the event says {name} {given!r}, the export's record {record[name]!r}")
@@ -69,8 +100,8 @@ def evaluate_pending(root: str = "runs", datasets: list[str] | None = None, n: i
                      limit: int | None = None, engine: str | None = None) -> dict[str, Any]:
     """Evaluate every checkpoint export under ``root`` whose evaluation run is missing or unfinished."""
     done, ran, failed = [], [], []
-    for record in ckpt.exports(root):
-        run = ckpt.eval_run_id(record["run_id"], int(record["step"]))
+    for record in exports.find_exports(root):
+        run = exports.eval_run_id(record["run_id"], int(record["step"]))
         status = None
         try:
             found = Store(record["db"], create=False).records("get_run", run_id=run)
