@@ -45,7 +45,7 @@ _close = train.Trainer.close
 def _digests(self) -> dict[str, str]:
     from prl.training.weight_sync import full_parameters
 
-    with full_parameters(self.engine.module, self.t.zero_stage):
+    with full_parameters(self.engine.module, self.train_cfg.zero_stage):
         return param_digests(self.engine.module.named_parameters())
 
 
@@ -54,7 +54,7 @@ def _recording_update(self, r, lp, rho):
     out = _update(self, r, lp, rho)
     entry = {"step": self.step_no + 1, "rank": self.rank, "world": self.world, "rollouts": _rollout_digest(r),
              "before": before, "after": _digests(self)}
-    path = Path(self.t.out_dir) / "ranks" / f"rank{self.rank}.json"
+    path = Path(self.train_cfg.out_dir) / "ranks" / f"rank{self.rank}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     done = json.loads(path.read_text()) if path.exists() else []
     path.write_text(json.dumps(done + [entry]))
@@ -67,7 +67,7 @@ def _recording_close(self):
         record = {"rank": self.rank, "local_rank": int(os.environ["LOCAL_RANK"]), "events": list(engine.events),
                   "placement": engine.worker_placement() if hasattr(engine, "worker_placement") else None,
                   "info": {k: str(v) for k, v in engine.info().items()}}
-        path = Path(self.t.out_dir) / "ranks" / f"engine{self.rank}.json"
+        path = Path(self.train_cfg.out_dir) / "ranks" / f"engine{self.rank}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record))
     _close(self)
