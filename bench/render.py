@@ -932,6 +932,8 @@ def region_suite(res: Results) -> str:
              f"CPU time of the suite's processes: {duration(r['cpu_user_s'])} user + {duration(r['cpu_sys_s'])} system "
              f"= {cpu / (r['seconds'] * cores):.0%} of {cores} cores over the wall time. "
              f"Test time (setup + call + teardown, summed): {duration(r['test_seconds'])}.", ""]
+    if "skipped" in r:  # recorded from the run's JUnit XML (older results files did not record them)
+        lines += table(["skipped test", "reason"], [[f"`{x['test']}`", x["reason"]] for x in r["skipped"]]) + [""]
     lines += table(["slowest tests", "time"], [[f"`{t['test']}`", duration(t["seconds"])] for t in r["slowest"][:12]])
     lines += [""]
     lines += table(["test time by file", "time"], [[f"`{f['file']}`", duration(f["seconds"])] for f in r["by_file"][:8]])

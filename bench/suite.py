@@ -35,12 +35,14 @@ def python() -> str:
     return str(venv) if venv.exists() else sys.executable
 
 
-def parse_junit(path: Path) -> tuple[dict[str, int], list[tuple[str, float]]]:
-    """(counts, [(test id, seconds)]) from pytest's JUnit XML (``time`` = setup + call + teardown)."""
+def parse_junit(path: Path) -> tuple[dict[str, int], list[tuple[str, float]], list[dict[str, str]]]:
+    """(counts, [(test id, seconds)], [{test, reason}] of the skipped tests) from pytest's JUnit XML (``time`` =
+    setup + call + teardown; a skip's reason is its ``<skipped message=…>``)."""
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     cases: list[tuple[str, float]] = []
+    skipped: list[dict[str, str]] = []
     for s in suites:
         for k in counts:
             counts[k] += int(s.get(k, 0))
@@ -51,8 +53,11 @@ def parse_junit(path: Path) -> tuple[dict[str, int], list[tuple[str, float]]]:
             n = next((i for i, part in enumerate(file) if part.startswith("test_")), len(file) - 1)
             test_id = "/".join(file[: n + 1]) + ".py::" + "::".join(file[n + 1:] + [case.get("name", "")])
             cases.append((test_id, float(case.get("time", 0.0))))
+            skip = case.find("skipped")
+            if skip is not None:
+                skipped.append({"test": test_id, "reason": skip.get("message", "")})
     counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    return counts, cases
+    return counts, cases, skipped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         if not junit.exists():
             print(f"pytest wrote no report (exit {rc}); nothing recorded", file=sys.stderr)
             return rc or 1
-        counts, cases = parse_junit(junit)
+        counts, cases, skipped = parse_junit(junit)
     by_file: dict[str, float] = {}
     for test_id, s in cases:
         f = test_id.split("::", 1)[0]
@@ -88,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_user_s": round(after.ru_utime - before.ru_utime, 1),
         "cpu_sys_s": round(after.ru_stime - before.ru_stime, 1),
         "counts": counts,
+        "skipped": skipped,
         "test_seconds": round(sum(s for _, s in cases), 1),
         "slowest": [{"test": t, "seconds": round(s, 1)} for t, s in slowest],
         "by_file": [{"file": f, "seconds": round(s, 1)}

@@ -225,8 +225,9 @@ def test_the_suite_record_reads_pytests_own_junit_report(tmp_path):
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                     f"--rootdir={tmp_path}", f"--junitxml={junit}", "tests"], cwd=tmp_path, capture_output=True,
                    timeout=120)
-    counts, cases = suite.parse_junit(junit)
+    counts, cases, skipped = suite.parse_junit(junit)
     assert counts == {"tests": 5, "failures": 1, "errors": 0, "skipped": 1, "passed": 3}
+    assert skipped == [{"test": "tests/test_a.py::test_skipped", "reason": "r"}]  # which test, and why
     ids = dict(cases)
     assert set(ids) == {"tests/test_a.py::test_ok", "tests/test_a.py::test_bad", "tests/test_a.py::test_skipped",
                         "tests/test_a.py::TestGroup::test_in_class", "tests/faults/test_b.py::test_slow"}
