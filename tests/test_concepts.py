@@ -169,7 +169,7 @@ def test_the_estimator_registry_owns_names_and_constraints():
 
     try:
         @estimators.register("test_only", needs_group=True)
-        def test_only(rewards, group_ids, logp_old, logp_ref, mask, *, cfg, boundaries=None):
+        def only_for_this_test(rewards, group_ids, logp_old, logp_ref, mask, *, cfg, boundaries=None):
             raise AssertionError("not called")
 
         assert AlgorithmConfig(estimator="test_only", n_samples=2).estimator == "test_only"

@@ -14,7 +14,15 @@ from prl_core.boundaries import StepSplit, parse_split, step_boundaries
 
 def token_texts(tokenizer, ids: Iterable[int] | torch.Tensor) -> list[str]:
     """Each token id decoded on its own, as ``text:`` splits and the dashboard's token view read them."""
-    return [tokenizer.decode([int(t)]) for t in ids]
+    return _decoded_rows(tokenizer, [[int(t) for t in ids]])[0]
+
+
+def _decoded_rows(tokenizer, rows: list[list[int]]) -> list[list[str]]:
+    """Each row's ids decoded one token at a time: a token's text alone depends on its id only, so each distinct
+    id of the batch is decoded once, in one ``batch_decode`` call (a step's responses repeat most of their ids)."""
+    distinct = sorted({t for row in rows for t in row})
+    text = dict(zip(distinct, tokenizer.batch_decode([[t] for t in distinct]))) if distinct else {}
+    return [[text[t] for t in row] for row in rows]
 
 
 def split_boundaries(tokenizer, response_ids: torch.Tensor | Sequence[Sequence[int]], mask: torch.Tensor,
@@ -24,5 +32,5 @@ def split_boundaries(tokenizer, response_ids: torch.Tensor | Sequence[Sequence[i
     sp = parse_split(split)
     texts = None
     if sp.kind == "text":
-        texts = [token_texts(tokenizer, torch.as_tensor(row)[m]) for row, m in zip(response_ids, mask)]
+        texts = _decoded_rows(tokenizer, [torch.as_tensor(row)[m].tolist() for row, m in zip(response_ids, mask)])
     return step_boundaries(mask, sp, texts)
