@@ -18,6 +18,17 @@ st.title("Failures")
 CATEGORIES = [v for v in VERDICTS if v != "correct"]
 
 
+def read_one(rows, pick_key: str, text_key: str, *key_parts) -> None:
+    """A row of ``rows`` picked by problem and sample, its response shown below (as text, never HTML)."""
+    pick = st.selectbox("read one", range(len(rows)), index=None, placeholder="row",
+                        key=ui.key("failures", pick_key, *key_parts),
+                        format_func=lambda i: f"{rows.iloc[i]['problem_id']} sample {rows.iloc[i]['sample_idx']}")
+    if pick is not None:
+        r = rows.iloc[pick]
+        ui.show_text("response", r["response"],
+                     key=ui.key("failures", text_key, r["run_id"], r["dataset"], r["problem_id"], r["sample_idx"]))
+
+
 def body() -> None:
     run_ids = ui.pick_eval_runs(key="failure_runs")
     if not run_ids:
@@ -39,14 +50,7 @@ def body() -> None:
     else:
         st.dataframe(sus.drop(columns=["response"]), hide_index=True, width="stretch",
                      key=ui.key("failures", "suspicious", run_ids))
-        pick = st.selectbox("read one", range(len(sus)), index=None, placeholder="row",
-                            key=ui.key("failures", "suspicious_pick", run_ids),
-                            format_func=lambda i: f"{sus.iloc[i]['problem_id']} sample {sus.iloc[i]['sample_idx']}")
-        if pick is not None:
-            r = sus.iloc[pick]
-            ui.show_text("response", r["response"],
-                         key=ui.key("failures", "suspicious_response", r["run_id"], r["dataset"], r["problem_id"],
-                                    r["sample_idx"]))
+        read_one(sus, "suspicious_pick", "suspicious_response", run_ids)
     st.subheader("Samples by category")
     verdict = st.radio("verdict", CATEGORIES, horizontal=True, key=ui.key("failures", "verdict"))
     rows = ui.samples_by_verdict(ui.db(), run_ids, verdict)
@@ -55,14 +59,7 @@ def body() -> None:
         return
     st.dataframe(rows.drop(columns=["response"]), hide_index=True, width="stretch",
                  key=ui.key("failures", "samples", run_ids, verdict))
-    pick = st.selectbox("read one", range(len(rows)), index=None, placeholder="row",
-                        key=ui.key("failures", "sample_pick", run_ids, verdict),
-                        format_func=lambda i: f"{rows.iloc[i]['problem_id']} sample {rows.iloc[i]['sample_idx']}")
-    if pick is not None:
-        r = rows.iloc[pick]
-        ui.show_text("response", r["response"],
-                     key=ui.key("failures", "sample_response", r["run_id"], r["dataset"], r["problem_id"],
-                                r["sample_idx"]))
+    read_one(rows, "sample_pick", "sample_response", run_ids, verdict)
 
 
 ui.guard(body)
