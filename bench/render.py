@@ -604,48 +604,63 @@ def region_real_model(res: Results) -> str:
     return "\n".join(lines)
 
 
-CAUSES = {
-    "format_gate": "their grader scores 0 without `</think> <answer>…</answer>`; ours reads the final answer",
-    "their_strict_match": "their grader compares the tag's whole content: a sentence or equation ending on the "
-                          "right value, or another spelling of it, fails",
-    "their_false_pass": "their grader passed a final answer that is not the gold",
-    "our_false_negative": "our verifier wrong",
-    "unexplained": "not explained",
-}
-
-
 def region_external(res: Results) -> str:
     r = res.get("external")
     if r is None:
         return missing("external", "python bench/external.py")
+
+    def code(text: str | None, n: int = 40) -> str:  # untrusted text (a response's answer) as an inline code cell
+        if text is None:
+            return "—"
+        text = " ".join(str(text).replace("`", "'").replace("|", "/").split())
+        return f"`{text[:n] + ('…' if len(text) > n else '')}`"
+
+    def pair(c: dict) -> str:
+        return f"{c['false_pass']} / {c['false_fail']}"
+
     lines = ["Real generations from other tools (tests/data/external/, sources in its README), imported with "
-             "`prl import` and scored by our verifier; compared with each source's per-row labels and the accuracy "
-             f"its authors published. {machine_detail(r['machine'])}.", ""]
+             "`prl import` and scored by our verifier; compared with each source's per-row labels, the accuracy its "
+             "authors published, and lighteval 0.8.1's verdicts on the same responses (`tests/data/peers/"
+             f"lighteval_verdicts.json`). {machine_detail(r['machine'])}.", ""]
     rows = []
     for name, x in r["sets"].items():
         t = x["table"]
         pub = "—" if x["published_accuracy"] is None else f"{x['published_accuracy']:.4f}"
         kappa = "—" if x["kappa"] is None else f"{x['kappa']:.2f}"
         rows.append([f"{x['what']} (`{x['dataset']}`)", f"{x['rows_matched']} of {x['rows']}", pub,
-                     f"{x['theirs_accuracy']:.4f}", f"**{x['ours_accuracy']:.4f}**",
+                     f"{x['theirs_accuracy']:.4f}", f"{x['lighteval_accuracy']:.4f}", f"**{x['ours_accuracy']:.4f}**",
                      f"{t['both_correct']} / {t['ours_only']} / {t['theirs_only']} / {t['both_wrong']}", kappa])
-    lines += table(["set", "rows matched", "published", "their labels (matched rows)", "ours",
-                    "both ✓ / only ours ✓ / only theirs ✓ / both ✗", "κ"], rows)
-    lines += ["", "Every disagreement, by cause (decided per sample by `bench/external.py` from the sample and the "
-              "source row):", ""]
-    crow = []
+    lines += table(["set", "rows matched", "published", "their labels (matched rows)", "lighteval", "ours",
+                    "ours vs theirs: both ✓ / only ours ✓ / only theirs ✓ / both ✗", "κ"], rows)
+    lines += ["", "Each sample where ours, the source's label or lighteval disagree, or where a rule of our verifier "
+              "overrode Math-Verify, is read by a person (`bench/external_review.json`: the response's final answer "
+              "and whether it is the gold), and every grader is checked against that reading. False pass: scored "
+              "correct, the final answer is not the gold; false fail: scored wrong, it is. A false fail of theirs on "
+              "MATH-500 is named by its mechanism from the source row: the format gate (no "
+              "`</think> <answer>…</answer>`) or the strict match (the tag's whole content must be the gold string). "
+              "Samples all three graders agree on are not read.", ""]
+    rows = []
     for name, x in r["sets"].items():
-        for c, n in sorted(x["causes"].items(), key=lambda kv: -kv[1]):
-            crow.append([name, c, str(n), CAUSES.get(c, c)])
-    if not crow:
-        crow.append(["—", "—", "0", "no disagreement"])
-    lines += table(["set", "cause", "samples", "what it means"], crow)
-    small = [(name, d) for name, x in r["sets"].items() for d in x["disagreements"] if d["cause"] != "format_gate"]
-    if small:
-        lines += ["", "The disagreements other than the format gate, one by one:", ""]
-        lines += table(["set", "problem", "gold", "ours", "theirs", "cause"],
-                       [[name, d["problem_id"], f"`{d['gold']}`", f"{d['ours']} (`{(d['ours_answer'] or '—')[:40]}`)",
-                         d["theirs"], d["cause"]] for name, d in small])
+        c, mech = x["counts"], x["their_false_fail_by_mechanism"]
+        how = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(mech.items(), key=lambda kv: -kv[1]))
+        rows.append([name, str(len(x["read"])), f"**{pair(c['ours'])}**",
+                     pair(c["theirs"]) + (f" ({how})" if how else ""), pair(c["lighteval"]),
+                     str(len(x["unreviewed"]) + len(x["inconsistent"]))])
+    lines += table(["set", "samples read", "ours: false pass / false fail", "theirs: false pass / false fail",
+                    "lighteval: false pass / false fail", "not read or misread (must be 0)"], rows)
+    shown = [(name, d) for name, x in r["sets"].items() for d in x["read"]
+             if set(d["outcomes"]) != {"theirs"} or d["their_mechanism"] != "format_gate"]
+    if shown:
+        lines += ["", "Every sample read where a grader is wrong other than by the source's format gate, one by one "
+                  "(✓ correct, ✗ wrong):", ""]
+        mark = {"correct": "✓", "wrong": "✗", None: "—"}
+        lines += table(["set", "problem", "gold", "final answer (read)", "ours", "theirs", "lighteval", "wrong", "note"],
+                       [[name, d["problem_id"], code(d["gold"]), code(d["final_answer"]),
+                         f"{mark.get(d['ours'], '✗')} {code(d['ours_answer'], 30)}", mark[d["theirs"]], mark[d["lighteval"]],
+                         ", ".join(f"{g} {o.replace('_', ' ')}" + (f" ({d['their_mechanism'].replace('_', ' ')})"
+                                                                   if g == "theirs" and d["their_mechanism"] else "")
+                                   for g, o in d["outcomes"].items()),
+                         d["note"].replace("|", "/")] for name, d in shown])
     return "\n".join(lines)
 
 

@@ -270,6 +270,37 @@ def test_the_unequal_sides_detail_names_what_was_examined():
         assert v.verdict == "wrong" and v.detail.startswith(source + " is a chain of unequal sides"), v
 
 
+def test_a_sentence_in_the_answer_tag_is_not_one_chain_of_sides():
+    """Real R1-Zero answer tags (tests/data/external/jsonl-qwen2.5-math-1.5b-r1zero, found by
+    bench/external.py against lighteval's verdicts): a sentence holding several equations was split at
+    every ``=`` and sides of different equations compared (``150, 150×24`` against ``3600, ∴ … 60.``;
+    ``So, $\\sqrt{242}`` against ``11\\sqrt{2}$.``), so right answers were scored wrong. Policy
+    (``clause_read``): in a tag, the rule examines what Math-Verify read — its string when that holds an
+    equation (a LaTeX chain, read whole), else the clause around it between math delimiters and clause
+    marks. A chain the answer rests on is still examined whole."""
+    import json
+    from pathlib import Path
+
+    from prl.grading.verifier import clause_read
+
+    path = Path(__file__).parent / "data" / "external" / "jsonl-qwen2.5-math-1.5b-r1zero" / "results.jsonl"
+    lines = path.read_text().splitlines()
+    for line, gold in ((179, "60"), (32, "11\\sqrt2"), (192, "0"), (219, "(-1,6)"), (364, "2"), (347, "66"), (200, "17")):
+        response = json.loads(lines[line - 1])["response"]
+        v = verify_one(response, gold)
+        assert v.verdict == "correct", (line, v)
+    assert clause_read("10×15=150, 150×24=3600, ∴ the root of 3600 is 60.", "60") == "the root of 3600 is 60"
+    assert clause_read("So $x = 1 = 2$.", "x = 1 = 2") == "x = 1 = 2"
+    assert clause_read("then C(8, 2) = 28", "28") == "then C(8, 2) = 28"  # a comma inside brackets is no clause mark
+    for response in ("<answer>x = 3 = 2</answer>", "<answer>So, $1 = 2$.</answer>", "<answer>10×15=150, 3 = 2</answer>",
+                     "<answer>The answer: 1 = 2.</answer>"):
+        v = verify_one(response, "2")
+        assert v.verdict == "wrong" and "chain of unequal sides" in v.detail, (response, v)
+    # the clause the verdict rests on keeps the rule: row 406 writes (5 3)! for (5-3)!, a false chain ending on 60
+    v = verify_one(json.loads(lines[405])["response"], "60")
+    assert v.verdict == "wrong" and "'taken 3 at a time = 5!/{(5 3)!} = 60' is a chain of unequal sides" in v.detail, v
+
+
 def test_an_answers_symbols_take_the_golds_assumptions():
     """bench/verifier_forms.py, spaces_removed: Math-Verify makes every symbol non-real when a standalone
     ``i`` appears (``3+3 i``) and real otherwise (``3+3i``), and sympy's two ``i`` differ, so minerva #85,

@@ -30,6 +30,8 @@ bundled golds written in equivalent forms):
   is read on its own where the whole did not match (:func:`_assigned_value`).
 - **Passes that are not** (:func:`false_pass`): exact numbers must be equal exactly; an answer whose
   numeric sides differ (``1 = 2``) is wrong. Names (``x``, ``C(8, 2)``, ``f(2)``) are not compared.
+  In an answer tag only the clause Math-Verify read is examined (:func:`clause_read`): a sentence's
+  several equations are no one chain.
 """
 
 from __future__ import annotations
@@ -192,7 +194,12 @@ def verify_one(response: str, gold: str, *, timeout_s: int = VerifierSettings.ve
     if error is not None:
         return done("error", f"{type(error).__name__}: {error}"[:300])
     if ok:
-        why = false_pass(extracted, gold_parsed, used, source=source)
+        examined = extracted
+        if tagged:  # a sentence's equations are no one chain: examine the clause Math-Verify read
+            examined = clause_read(extracted, next((x for x in pred if isinstance(x, str)), None))
+            if examined != extracted:
+                source = "the clause of the answer tag's content that Math-Verify read"
+        why = false_pass(examined, gold_parsed, used, source=source)
         if why:
             return done("wrong", why)
         return done("correct")
@@ -290,6 +297,40 @@ def _assigned_value(extracted: str | None, gold: str) -> str | None:
 
 
 # ─── passes Math-Verify gives that are not (fixed in our layer) ─────────────────────────────
+
+_CLAUSE_BREAK = re.compile(r"\$|\\[()\[\]]|[,;:\n∴]|\.(?=\s|$)")
+
+
+def clause_read(content: str, read: str | None) -> str:
+    """The part of an answer tag's ``content`` that Math-Verify's reading ``read`` (the string it parsed) came
+    from, for the unequal-sides rule: ``read`` itself when it holds an equation (a LaTeX chain read whole,
+    ``$1 = 2$``); else the clause around its last occurrence, between the nearest math delimiters or clause
+    marks (``, ; : ∴``, a full stop, a line break) outside brackets (``1 = 2`` read as ``2``: the chain is the
+    clause). A prose tag such as ``10×15=150, 150×24=3600, ∴ the square root of 3600 is 60.`` is then not
+    split at every ``=`` into sides of different equations (``150, 150×24`` against ``3600, ∴ … 60.``)."""
+    if not read:
+        return content
+    if "=" in read:
+        return read
+    at = content.rfind(read)
+    if at < 0:
+        return content
+    depth, breaks, i = 0, [], 0  # breaks: (start, end) of each delimiter or clause mark outside brackets
+    while i < len(content):
+        m = _CLAUSE_BREAK.match(content, i)
+        if m and (depth == 0 or m.group().startswith(("$", "\\"))):
+            breaks.append(m.span())
+            i = m.end()
+            continue
+        if content[i] in "{([":
+            depth += 1
+        elif content[i] in "})]":
+            depth = max(depth - 1, 0)
+        i += 1
+    start = max((e for b, e in breaks if e <= at), default=0)
+    end = min((b for b, e in breaks if b >= at + len(read)), default=len(content))
+    return content[start:end].strip()
+
 
 _HUGE = 10_000  # factorial arguments and integer exponents above this are not evaluated exactly
 
