@@ -317,10 +317,18 @@ WRITER = r"""
 import sys
 from prl.store.db import Store
 s = Store(sys.argv[1], create=False)
-for chunk in range(40):
-    s.insert_samples([dict(run_id="live", dataset="math500", problem_id=f"math500/{chunk}", sample_idx=i,
+
+def chunk(c):
+    s.insert_samples([dict(run_id="live", dataset="math500", problem_id=f"math500/{c}", sample_idx=i,
                            response="x", extracted_answer="1", verdict="correct", score=1.0, n_tokens=5,
                            finish_reason="stop", verify_ms=1.0) for i in range(4)])
+
+for c in range(20):
+    chunk(c)
+print("paused", flush=True)
+sys.stdin.readline()  # the barrier: held here until the test has read the store
+for c in range(20, 40):
+    chunk(c)
 print("done", flush=True)
 """
 
@@ -350,7 +358,10 @@ def test_aggregates_are_cached_until_the_store_changes(tmp_path, monkeypatch):
 
 
 def test_pages_work_while_a_flow_writes(tmp_path, monkeypatch):
-    """A real writer process inserts samples while the pages' queries run: no lock errors, fresh rows."""
+    """A real writer process inserts samples while the pages' queries run. Held at a barrier after 80 of its
+    160 rows, the pages show exactly 80 (what is committed, no lock errors); released, the pages keep
+    working while it writes, the counts never go back, and once it is done a page load shows all 160
+    (the cache follows the store's content, no cache clearing)."""
     from streamlit.testing.v1 import AppTest
 
     from prl.store.db import Store
@@ -359,21 +370,31 @@ def test_pages_work_while_a_flow_writes(tmp_path, monkeypatch):
     Store(db).execute("upsert_run", run_id="live", kind="eval", model="m", status="running", config={}, manifest={},
                       parent_run_id=None, train_step=None)
     monkeypatch.setenv(data.DB_ENV, db)
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, db], stdout=subprocess.PIPE, text=True)
-    seen = []
-    while writer.poll() is None:
+
+    def live_samples() -> int:
         at = AppTest.from_file(str(PAGES / "runs.py"), default_timeout=60).run()
         assert not at.exception, [e.value for e in at.exception]
-        seen.append(int(at.dataframe[0].value.set_index("run_id").loc["live", "samples"]))
+        return int(at.dataframe[0].value.set_index("run_id").loc["live", "samples"])
+
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, db], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "paused"
+        assert live_samples() == 80  # the writer is alive, holding its store open, between two writes
         for name in ("scores", "failures"):
             assert not AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=60).run().exception
-    assert writer.wait() == 0
-    import streamlit as st
-
-    st.cache_data.clear()  # what the page's few-second cache expiry does on refresh
-    at = AppTest.from_file(str(PAGES / "runs.py"), default_timeout=60).run()
-    assert int(at.dataframe[0].value.set_index("run_id").loc["live", "samples"]) == 160
-    assert seen == sorted(seen)
+        assert live_samples() == 80
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+        seen = [80]
+        while writer.poll() is None:
+            seen.append(live_samples())
+            assert not AppTest.from_file(str(PAGES / "scores.py"), default_timeout=60).run().exception
+        assert writer.wait() == 0 and writer.stdout.read().strip() == "done"
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+    seen.append(live_samples())
+    assert seen[-1] == 160 and seen == sorted(seen) and all(n in range(80, 161, 4) for n in seen), seen
 
 
 # ─── a real browser ─────────────────────────────────────────────────────────────────────────
@@ -493,19 +514,47 @@ def test_agreement_page_on_a_real_import(tmp_path, monkeypatch):
 
 
 def test_study_page_shows_the_report(db_repeating, monkeypatch):
-    """The Study page on the seeded study: the report's numbers, the paired note, the config check."""
+    """The Study page on the seeded study (tests/dashboard_seed.py add_study: 3 problems, n = 2, correct counts
+    grpo s0 [0, 1, 2], s1 [1, 1, 2], prl s0 [1, 2, 2], s1 [2, 1, 2]) shows the numbers computed here by hand:
+    average@2 per seed grpo 1/2, 2/3 and prl 5/6, 5/6, so cell means 7/12 and 5/6; Student t across the two
+    seeds, mean ± t(0.975, 1) · s/√2 with t(0.975, 1) = 12.7062047 (tables) and s/√2 = |a − b|/2; prl − grpo
+    seed by seed 1/3 and 1/6, so 1/4 ± 12.7062047/12. pass@2 per seed grpo 2/3, 1 and prl 1, 1. The
+    bootstrap across problems lies within the per-problem values (grpo 1/4, 1/2, 1; differences 1/2, 1/4, 0)."""
     from streamlit.testing.v1 import AppTest
 
-    from prl.store.db import Store
-    from prl.studies.report import study_report
+    from dashboard import ui
+
+    t = 12.706204736174698  # Student t, 97.5% quantile, 1 degree of freedom
+
+    def ci(a, b):  # mean and the Student-t CI of two seeds' values
+        m, half = (a + b) / 2, t * abs(a - b) / 2
+        return [m, m - half, m + half]
 
     monkeypatch.setenv(data.DB_ENV, db_repeating)
     at = AppTest.from_file(str(PAGES / "study.py"), default_timeout=60).run()
     assert not at.exception, [e.value for e in at.exception]
-    rep = study_report(Store(db_repeating, create=False), "st")
-    shown = at.dataframe[0].value
-    expected = {r["cell"]: r["mean"] for r in rep["per_cell"] if r["metric"] == "average@2"}
-    assert dict(zip(shown["cell"], shown["mean"])) == pytest.approx(expected)
-    assert "includes 0" in at.dataframe[1].value["note"].iloc[0]
-    assert any("declares" in s.value for s in at.success)
-    assert [m.value for m in at.metric][:3] == ["2", "2", "4 / 4"]
+    assert {m.label: m.value for m in at.metric} == {"cells": "2", "seeds": "2", "jobs finished": "4 / 4",
+                                                     "held-out problems": "3"}
+
+    def cells() -> dict:
+        shown = at.dataframe[0].value.set_index("cell")
+        assert shown["seeds"].tolist() == [2, 2] and shown["problems"].tolist() == [3, 3]
+        return {c: shown.loc[c, ["mean", "seed_lo", "seed_hi", "problem_lo", "problem_hi"]].tolist() for c in shown.index}
+
+    shown = cells()
+    assert {c: v[:3] for c, v in shown.items()} == {"grpo": pytest.approx(ci(1 / 2, 2 / 3)), "prl": pytest.approx(ci(5 / 6, 5 / 6))}
+    grpo_lo, grpo_hi = shown["grpo"][3:]
+    assert 1 / 4 <= grpo_lo <= 7 / 12 <= grpo_hi <= 1
+    paired = at.dataframe[1].value
+    assert paired["cell"].tolist() == ["prl"] and paired["seeds"].tolist() == [2]
+    assert paired[["diff", "lo", "hi"]].iloc[0].tolist() == pytest.approx(ci(1 / 3, 1 / 6))
+    assert 0 <= paired["problem_lo"].iloc[0] <= 1 / 4 <= paired["problem_hi"].iloc[0] <= 1 / 2
+    assert "includes 0" in paired["note"].iloc[0]
+    # the cells' stored configs differ in exactly what the study declares
+    assert any("declares" in s.value for s in at.success) and not at.warning
+    diffs = at.dataframe[2].value.set_index("key")
+    assert diffs.to_dict("index") == {"algorithm.estimator": {"grpo": "grpo", "prl": "prl"},
+                                      "algorithm.eta": {"grpo": "None", "prl": "10.0"}}
+    at.selectbox(key=ui.key("study", "metric", "st")).set_value("pass@2").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert {c: v[:3] for c, v in cells().items()} == {"grpo": pytest.approx(ci(2 / 3, 1)), "prl": pytest.approx(ci(1, 1))}

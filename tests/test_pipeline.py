@@ -91,9 +91,7 @@ def test_deployments_and_checkpoint_trigger_on_a_local_server(tmp_path, tiny_mod
         r = subprocess.run([prefect, "--no-prompt", "deploy", "--all"], cwd=ROOT, env=env, capture_output=True,
                            text=True, timeout=300)
         assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-        for name in ("pipeline/pipeline", "train/train", "evaluate/evaluate", "report/report", "study/study",
-                     "evaluate-checkpoint/evaluate-checkpoint", "evaluate-pending/evaluate-pending"):
-            assert name.split("/")[0] in r.stdout, name
+        _assert_registered_deployments(env)
         worker = subprocess.Popen([prefect, "worker", "start", "--pool", "prl-local"], cwd=ROOT, env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         r = subprocess.run([prefect, "deployment", "run", "report/report", "--param", f"db={db}", "--watch",
@@ -109,6 +107,59 @@ def test_deployments_and_checkpoint_trigger_on_a_local_server(tmp_path, tiny_mod
                     p.wait(20)
                 except subprocess.TimeoutExpired:
                     os.killpg(p.pid, signal.SIGKILL)
+
+
+DEPLOYMENTS = {  # flow/deployment → entrypoint: the README's and prefect.yaml's seven, nothing else
+    "pipeline/pipeline": "flows/pipeline.py:pipeline", "train/train": "flows/train.py:train",
+    "evaluate/evaluate": "flows/evaluate.py:evaluate", "report/report": "flows/report.py:report_flow",
+    "study/study": "flows/study.py:study",
+    "evaluate-checkpoint/evaluate-checkpoint": "flows/export_evaluation.py:evaluate_checkpoint",
+    "evaluate-pending/evaluate-pending": "flows/export_evaluation.py:evaluate_pending"}
+NIGHTLY = {"cron": "0 3 * * *", "timezone": "UTC", "active": True}  # evaluate-pending at 03:00 UTC, the only schedule
+
+_READ_DEPLOYMENTS = """
+import asyncio, json
+from prefect.client.orchestration import get_client
+
+async def main():
+    async with get_client() as client:
+        out = {}
+        for d in await client.read_deployments():
+            flow = await client.read_flow(d.flow_id)
+            out[f"{flow.name}/{d.name}"] = {
+                "entrypoint": d.entrypoint, "work_pool": d.work_pool_name,
+                "schedules": [{"cron": getattr(s.schedule, "cron", None), "timezone": getattr(s.schedule, "timezone", None),
+                               "active": s.active} for s in d.schedules]}
+        print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+def test_prefect_yaml_declares_the_deployments_and_the_nightly_schedule():
+    """prefect.yaml, read as data: the seven deployments by name and entrypoint, all on the prl-local pool,
+    and one schedule, evaluate-pending's nightly cron."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    declared = {d["name"]: d for d in doc["deployments"]}
+    assert {name: d["entrypoint"] for name, d in declared.items()} == {k.split("/")[1]: v for k, v in DEPLOYMENTS.items()}
+    assert {d["work_pool"]["name"] for d in declared.values()} == {"prl-local"}
+    assert {name: d.get("schedules", []) for name, d in declared.items() if d.get("schedules")} == {
+        "evaluate-pending": [NIGHTLY]}
+
+
+def _assert_registered_deployments(env) -> None:
+    """What the server registered from `prefect deploy --all` (read back through its API): exactly the seven
+    deployments, each from its entrypoint on prl-local, and the nightly schedule on evaluate-pending only."""
+    r = subprocess.run([sys.executable, "-c", _READ_DEPLOYMENTS], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    registered = json.loads(r.stdout.strip().splitlines()[-1])
+    assert {k: v["entrypoint"] for k, v in registered.items()} == DEPLOYMENTS
+    assert {v["work_pool"] for v in registered.values()} == {"prl-local"}
+    assert {k: v["schedules"] for k, v in registered.items() if v["schedules"]} == {
+        "evaluate-pending/evaluate-pending": [NIGHTLY]}
 
 
 def _checkpoint_trigger(tmp_path, model, env, prefect) -> None:

@@ -49,8 +49,13 @@ def test_grid_expands_into_named_cells_that_differ_only_where_it_says(tmp_path):
     assert [c.run.algorithm.eta for c in st.cells[1:]] == [5.0, 20.0]
     assert [(c.name, s) for c, s in st.jobs()][:3] == [("grpo", 0), ("prl-eta5", 0), ("prl-eta20", 0)]
     planned = {c.name: st.cell_config(c, 0, "m").to_dict() for c in st.cells}
-    assert set(config_differences(planned)) <= {"algorithm.estimator", "algorithm.eta", "algorithm.step_split",
-                                                "algorithm.order"}
+    # exactly what the file sets, plus the order PRL trains with by default (the paper's advantage_first, README)
+    cells = ("grpo", "prl-eta5", "prl-eta20")
+    assert config_differences(planned) == {
+        "algorithm.estimator": dict(zip(cells, ("grpo", "prl", "prl"))),
+        "algorithm.eta": dict(zip(cells, (None, 5.0, 20.0))),
+        "algorithm.step_split": dict(zip(cells, (None, "token", "token"))),
+        "algorithm.order": dict(zip(cells, (None, "advantage_first", "advantage_first")))}
     rc = st.cell_config(st.cells[1], 1, "/models/warm")
     assert (rc.train.run_id, rc.train.seed, rc.train.model) == ("s.prl-eta5.s1", 1, "/models/warm")
     assert rc.train.out_dir.endswith(str(Path("cells") / "prl-eta5" / "s1"))
@@ -106,7 +111,8 @@ def test_report_figures_equal_a_hand_computation_on_given_rows(tmp_path):
     assert (p["lo"], p["hi"]) == pytest.approx((sum(d) / 2 - half, sum(d) / 2 + half), rel=1e-6)
     assert p["includes_zero"] and "includes 0" in p["note"]
     # the stored configs differ in estimator and eta (declared); nothing else
-    assert set(rep["config_differences"]) == {"algorithm.estimator", "algorithm.eta"}
+    assert rep["config_differences"] == {"algorithm.estimator": {"grpo": "grpo", "prl": "prl"},
+                                         "algorithm.eta": {"grpo": None, "prl": 10.0}}
     assert rep["undeclared_differences"] == []
     assert len(rep["curves"]) == 8
     md = render_markdown(rep)
@@ -130,6 +136,30 @@ def test_report_html_escapes_config_values(tmp_path):
                   manifest={}, parent_run_id=None, train_step=None)
     page = render_html(study_report(store, "st"), [])
     assert "<script>x</script>" not in page and "&lt;script&gt;" in page
+    assert "<script" not in page  # without charts, no script at all
+
+
+def assert_only_plotly_scripts(page: str, titles: list[str]) -> None:
+    """The report page's scripts are Plotly's and nothing else: its config line, its library inlined once,
+    and one newPlot per chart (``titles``, in order); no other script, whatever the stored values hold."""
+    import re
+
+    scripts = re.findall(r"<script[^>]*>(.*?)</script>", page, re.S)
+    assert page.count("<script") == len(scripts) == 2 + len(titles), [x[:60] for x in scripts]
+    assert scripts[0].strip().startswith("window.PlotlyConfig")
+    assert scripts[1].startswith("/**\n* plotly.js v") and len(re.findall(r"\* plotly\.js v\d", page)) == 1
+    for script, title in zip(scripts[2:], titles):
+        assert "Plotly.newPlot(" in script and json.dumps(title)[1:-1] in script, title
+
+
+def test_report_html_holds_plotly_once_and_one_chart_per_figure(tmp_path):
+    """The seeded study has one η (10), so its report has two charts: pass@k and reward against KL."""
+    from prl.studies.charts import report_figures
+
+    rep = study_report(Store(add_study(tmp_path / "s.duckdb")), "st")
+    assert rep["eta_sweep"] == []
+    assert_only_plotly_scripts(render_html(rep, report_figures(rep)), [
+        "pass@k per cell (95% CI across seeds)", "Reward against KL to the reference over training (mean over seeds)"])
 
 
 def _small_study(tmp_path, model) -> Path:
@@ -214,9 +244,13 @@ def test_small_study_end_to_end_killed_and_finished_by_a_rerun(tmp_path, warm_mo
         per_seed = by[(cell, "average@2")]["per_seed"]
         assert per_seed == pytest.approx({str(s): averages[f"mini.{cell}.s{s}@step2"] for s in (0, 1)})
     assert rep["undeclared_differences"] == []
-    assert set(rep["config_differences"]) <= {"algorithm.estimator", "algorithm.eta", "algorithm.step_split",
-                                              "algorithm.order", "algorithm.normalize_std"}
-    assert "<script" in (tmp_path / "study" / "study_report.html").read_text()  # plotly's own script, once
+    # exactly what the study file sets, plus the order PRL trains with by default (advantage_first, README)
+    assert rep["config_differences"] == {"algorithm.estimator": {"grpo": "grpo", "prl": "prl"},
+                                         "algorithm.eta": {"grpo": None, "prl": 10.0},
+                                         "algorithm.step_split": {"grpo": None, "prl": "text:\n\n"},
+                                         "algorithm.order": {"grpo": None, "prl": "advantage_first"}}
+    assert_only_plotly_scripts((tmp_path / "study" / "study_report.html").read_text(), [  # one η: no sweep chart
+        "pass@k per cell (95% CI across seeds)", "Reward against KL to the reference over training (mean over seeds)"])
     r = subprocess.run([sys.executable, "-m", "prl_cli", "report", "--study", "mini", "--db",
                         str(tmp_path / "study" / "store.duckdb")], cwd=ROOT, env=_cli_env(), capture_output=True,
                        text=True, timeout=300)
