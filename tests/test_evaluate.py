@@ -14,6 +14,7 @@ import pytest
 from procs import kill_when
 
 from prl.evaluation.config import EvalConfig, EvalError
+from prl.grading.verifier import verify_one
 from prl.store.db import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,10 +153,14 @@ def test_flow_stores_every_sample_and_resumes_idempotently(tiny_model_dir, tmp_p
     # problems are stored with raw and normalised gold; minerva's gold is the inner boxed answer
     with store.read() as con:
         rows = con.execute("select problem_id, gold, gold_normalized from problems where dataset='minerva_math'").fetchall()
-        verdicts = {v for (v,) in con.execute("select distinct verdict from samples").fetchall()}
+        stored = con.execute("select s.response, p.gold_normalized, s.verdict, s.extracted_answer from samples s "
+                             "join problems p using (dataset, problem_id) order by all").fetchall()
         rel = con.execute("select count(*) from samples where relevance is null or answer_only is null").fetchall()
     assert len(rows) == 3 and all("boxed" in json.loads(g) and "boxed" not in gn for _, g, gn in rows)
-    assert verdicts <= {"correct", "wrong", "no_answer", "timeout", "gold_unparsable", "error"}
+    # each stored verdict is the verifier's on that very response against its own problem's gold (the flow's
+    # worker pool, its cache and its ordering change nothing), not merely one of the six the schema allows
+    direct = [verify_one(response, gold) for response, gold, _, _ in stored]
+    assert [(v, e) for *_, v, e in stored] == [(d.verdict, d.extracted) for d in direct]
     assert rel == [(0,)]
 
     again = evaluate(cfg, progress=False)  # same command: nothing to do, nothing duplicated

@@ -17,7 +17,7 @@ import pytest
 
 from prl.store.readonly import QueryRefused, run_query
 from prl.store.db import Store
-from prl.grading.verifier import VERDICTS, VerifierPool
+from prl.grading.verifier import VerifierPool
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [p for d in ("prl", "prl_core", "flows", "dashboard") for p in (ROOT / d).rglob("*.py")]
@@ -45,7 +45,6 @@ def test_model_text_that_is_code_is_never_executed_by_the_verifier(tmp_path):
     with VerifierPool(2, timeout_s=2, wall_s=10) as pool:
         verdicts = pool.verify([(p, "42") for p in payloads] + [(p, p) for p in payloads])
     assert not marker.exists()
-    assert {v.verdict for v in verdicts} <= set(VERDICTS)
     assert all(v.verdict != "correct" for v in verdicts[: len(payloads)])
 
 
@@ -112,7 +111,7 @@ def test_verifier_workers_have_an_address_space_cap_and_a_wall_clock_kill():
         verdicts = pool.verify([("\\boxed{9^{9^{9^{9^{9}}}}}", "1"), ("\\boxed{" + "(" * 50_000 + "1" + ")" * 50_000 + "}", "1"),
                                 ("\\boxed{2}", "2")])
         assert time.perf_counter() - t < 3 * 3 + 5
-    assert verdicts[-1].verdict == "correct" and {v.verdict for v in verdicts} <= set(VERDICTS)
+    assert verdicts[-1].verdict == "correct" and verdicts[0].verdict != "correct"  # 9^(9^(9^(9^9))) is not 1
 
 
 # ─── the read-only SQL cannot be escaped ──────────────────────────────────────────────────────
