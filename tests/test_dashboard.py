@@ -394,10 +394,31 @@ def _lan_ip() -> str | None:
     return None if ip.startswith("127.") else ip
 
 
+def _browser_or_skip() -> None:
+    """Skip where Debian's chromium and chromedriver are missing, except where PRL_REQUIRE_BROWSER is set (CI:
+    .ci/run sets it and scripts/install.sh installs them there): then a missing browser fails the test."""
+    if shutil.which("chromium") and shutil.which("chromedriver"):
+        return
+    reason = "needs Debian's chromium and chromium-driver (scripts/install.sh installs them as root)"
+    if os.environ.get("PRL_REQUIRE_BROWSER"):
+        pytest.fail(f"PRL_REQUIRE_BROWSER is set and the browser test cannot run: {reason}")
+    pytest.skip(reason)
+
+
+def test_a_missing_browser_fails_where_it_is_required(tmp_path, monkeypatch):
+    """CI (PRL_REQUIRE_BROWSER) cannot pass with the browser test skipped: without chromium on PATH it fails."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("PRL_REQUIRE_BROWSER", raising=False)
+    with pytest.raises(pytest.skip.Exception):
+        _browser_or_skip()
+    monkeypatch.setenv("PRL_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="PRL_REQUIRE_BROWSER is set"):
+        _browser_or_skip()
+
+
 @pytest.mark.e2e
-@pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")),
-                    reason="needs Debian's chromium and chromium-driver (scripts/install.sh installs them as root)")
 def test_real_browser_renders_every_page(db):
+    _browser_or_skip()
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
