@@ -245,8 +245,8 @@ def target_rows(res: Results, with_faults: bool = True, with_demo: bool = True) 
                      met(lost == 0), "faults"))
     demo = res.get("demo") if with_demo else None
     if demo:
-        rows.append((f"Demo: fresh clone → dashboard < {DEMO_TARGET_MIN:.0f} min", duration(demo["seconds"]), "—",
-                     met(demo["seconds"] < DEMO_TARGET_MIN * 60), "demo"))
+        rows.append((f"Demo: fresh clone → dashboard < {DEMO_TARGET_MIN:.0f} min", f"{duration(demo['seconds'])} "
+                     f"{demo_span(demo)}", "—", demo_met(demo), "demo"))
     return rows
 
 
@@ -268,8 +268,8 @@ def region_status(res: Results) -> str:
     parts = []
     demo = res.get("demo")
     if demo:
-        parts.append(f"the demo: {duration(demo['seconds'])} fresh clone → dashboard "
-                     f"(target < {DEMO_TARGET_MIN:.0f} min: {met(demo['seconds'] < DEMO_TARGET_MIN * 60)})")
+        parts.append(f"the demo: {duration(demo['seconds'])} {demo_span(demo)} "
+                     f"(target < {DEMO_TARGET_MIN:.0f} min fresh clone → dashboard: {demo_met(demo)})")
     else:
         parts.append(f"the demo: not recorded yet (`{DEMO_COMMAND}` records it)")
     faults = res.get("faults")
@@ -298,6 +298,19 @@ def _check_diff(where: str, x: float) -> float:
     return x
 
 
+def demo_span(demo: dict) -> str:
+    """What the demo's recorded ``seconds`` covers (bench/demo.py's ``span_label``); a file from before the
+    field measured the pipeline flow alone, data → report."""
+    return demo.get("span_label") or "data → report, the pipeline flow alone"
+
+
+def demo_met(demo: dict) -> str:
+    """The < 15 min target is for a fresh clone to the dashboard: a shorter span cannot meet it."""
+    if demo.get("span") != "fresh_clone":
+        return "not measured: the recorded span is shorter"
+    return met(demo["seconds"] < DEMO_TARGET_MIN * 60)
+
+
 def region_demo(res: Results) -> str:
     """The demo's time per phase and held-out results, from bench/results/demo.json.
 
@@ -311,25 +324,33 @@ def region_demo(res: Results) -> str:
                 f"held-out results are not shown here: `{DEMO_COMMAND}` runs the demo from a fresh clone and records "
                 "them, and `python bench/render.py` then renders them in this place.")
     phases = demo.get("phases") or {}
-    names = list(phases)
     lines = [f"Recorded by `{DEMO_COMMAND}` at commit {demo.get('commit') or '?'} on {machine_detail(demo.get('machine'))}."]
-    span = (f"from the start of *{names[0]}* to the end of *{names[-1]}*" if len(names) > 1
-            else (f"over *{names[0]}*" if names else "over its whole run"))
-    lines.append(f"Time measured {span}: " + ", ".join(f"{k} {duration(v)}" for k, v in phases.items())
-                 + ("; " if phases else "") + f"**{duration(demo['seconds'])} in all** "
-                 f"(target < {DEMO_TARGET_MIN:.0f} min: {met(demo['seconds'] < DEMO_TARGET_MIN * 60)}).")
+    steps = demo.get("end_to_end") or {}
+    if steps:
+        cache = demo.get("pip_cache_mib")
+        lines.append(f"Time measured {demo_span(demo)}: " + ", ".join(f"{k.replace('_', ' ')} {duration(v)}"
+                                                                    for k, v in steps.items())
+                     + f"; **{duration(demo['seconds'])} in all** (target < {DEMO_TARGET_MIN:.0f} min: {demo_met(demo)})"
+                     + ("" if cache is None else f"; pip's cache held {cache:,.0f} MiB before the install") + ".")
+    flow_s = demo.get("pipeline_seconds", demo["seconds"])
+    lines.append(("The pipeline flow inside it, data → report: " if steps else
+                  f"Time measured {demo_span(demo)}: ") + ", ".join(f"{k} {duration(v)}" for k, v in phases.items())
+                 + ("; " if phases else "") + f"{duration(flow_s)} in all"
+                 + ("." if steps else f" (target < {DEMO_TARGET_MIN:.0f} min fresh clone → dashboard: {demo_met(demo)})."))
     held = demo.get("held_out") or {}
     if held:
         lines += ["", "Held-out results (average@n, 95% bootstrap CI over problems; *shows its working*: the share of "
-                  "answers that show the working):", ""]
+                  "answers that show the working; *worked* / *direct*: the average of the answers of each style):", ""]
         rows = []
         for model, h in held.items():
-            ws = h.get("working_share")
-            rows.append([model, pct(_check_fraction(f"held_out.{model}.average", h["average"])),
-                         f"[{pct(_check_fraction(f'held_out.{model}.lo', h['lo']))}, "
-                         f"{pct(_check_fraction(f'held_out.{model}.hi', h['hi']))}]",
-                         "—" if ws is None else pct(_check_fraction(f"held_out.{model}.working_share", ws))])
-        lines += table(["model", "average", "95% CI", "shows its working"], rows)
+            cells = [model, pct(_check_fraction(f"held_out.{model}.average", h["average"])),
+                     f"[{pct(_check_fraction(f'held_out.{model}.lo', h['lo']))}, "
+                     f"{pct(_check_fraction(f'held_out.{model}.hi', h['hi']))}]"]
+            for key in ("working_share", "working_average", "direct_average"):
+                v = h.get(key)
+                cells.append("—" if v is None else pct(_check_fraction(f"held_out.{model}.{key}", v)))
+            rows.append(cells)
+        lines += table(["model", "average", "95% CI", "shows its working", "worked", "direct"], rows)
     paired = demo.get("paired") or {}
     if paired:
         lines += ["", "Paired comparisons (same problems, bootstrap over problems):", ""]
