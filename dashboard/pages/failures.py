@@ -76,12 +76,16 @@ def case_view(run_id: str, dataset: str, problem_id: str, sample_idx: int) -> No
                 "signals it was graded with; `prl rescore` grades the run again.")
     fit = case["fit"]
     cols = st.columns(5)
-    cols[0].metric("relevance to the problem asked", _fmt(case["relevance"], ".2f"))
-    cols[1].metric("fit to the problem asked", _fmt(fit and fit["own"]))
-    cols[2].metric("fit to the best other problem", _fmt(fit and fit["rival_fit"]))
-    cols[3].metric("best other ÷ asked" + (f" (listed above {fit['threshold']:g}×)" if fit else ""),
-                   "—" if not fit or fit["ratio"] is None else f"{fit['ratio']:.2f}×")
+    cols[0].metric("relevance", _fmt(case["relevance"], ".2f"))
+    cols[1].metric("fit to asked", _fmt(fit and fit["own"]))
+    cols[2].metric("fit to best other", _fmt(fit and fit["rival_fit"]))
+    cols[3].metric("best other ÷ asked", "—" if not fit or fit["ratio"] is None else f"{fit['ratio']:.2f}×")
     cols[4].metric("answer only", "yes" if case["answer_only"] else "no")
+    if fit:
+        st.caption(f"Fit: how much of a problem the reasoning restates (idf-weighted word and number n-grams); "
+                   f"fits_another lists the sample when the best other problem fits more than {fit['threshold']:g}× "
+                   "better than the one asked. Relevance: the share of the asked problem's numbers and content words "
+                   "in the reasoning.")
     left, middle, right = st.columns([1, 2, 1])
     with left:
         st.markdown(f"**The problem asked** · {problem_id}")

@@ -342,7 +342,7 @@ def register_fit_index(dataset: str, problems: Sequence[Problem]) -> None:
 
 @lru_cache(maxsize=8)
 def _bundled_index(dataset: str) -> FitIndex:
-    problems, _ = load_dataset(dataset)
+    problems, _ = load_dataset(dataset, flag_raw_only=False)  # the golds' Math-Verify flags are not needed here (~7 s)
     return FitIndex(problems)
 
 
