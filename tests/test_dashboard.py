@@ -528,10 +528,17 @@ def _listed(at) -> pd.DataFrame:
 
 
 def _case_page(db, monkeypatch, case: str | None = None):
+    """The Failures page, with the case whose option label contains ``case`` opened. Texts are shown as stored
+    (the "typeset math" toggle off, where the app has one), so the assertions compare exact strings."""
     from streamlit.testing.v1 import AppTest
 
+    from dashboard import ui
+
     monkeypatch.setenv(data.DB_ENV, db)
-    at = AppTest.from_file(str(PAGES / "failures.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(PAGES / "failures.py"), default_timeout=60)
+    if hasattr(ui, "TYPESET"):
+        at.session_state[ui.TYPESET] = False
+    at.run()
     assert not at.exception, [e.value for e in at.exception]
     if case is not None:
         pick = next(s for s in at.selectbox if s.label == "open a case")
@@ -563,7 +570,8 @@ def test_case_view_shows_both_problems_the_fit_and_the_rule(db_import, monkeypat
         assert shown in texts, shown
     assert any(t.startswith("Sure! The first step is to find the square root of 20.") for t in texts)
     markdown = " ".join(m.value for m in at.markdown)
-    assert "The problem asked" in markdown and "The problem the reasoning fits best** · math500/test/algebra/224.json" in markdown
+    assert "**The problem asked**" in markdown and "**The problem the reasoning fits best**" in markdown
+    assert {asked.problem_id, best.problem_id, f"{asked.problem_id} · sample 0 · run {R1ZERO_RUN}"} <= set(texts)
     [warning] = [w.value for w in at.warning]
     assert "fits_another" in warning and next(r.says for r in SUSPICION_RULES if r.name == "fits_another") in warning
     metrics = {m.label: m.value for m in at.metric}
@@ -573,7 +581,6 @@ def test_case_view_shows_both_problems_the_fit_and_the_rule(db_import, monkeypat
     threshold = re.search(r"fits more than ([\d.]+)× better", " ".join(c.value for c in at.caption)).group(1)
     assert float(metrics["best other ÷ asked"].rstrip("×")) > float(threshold) == 1 + FIT_MARGIN
     assert not [i for i in at.info if "current rule" in i.value]  # the stored flag is what the current rule finds
-    assert R1ZERO_RUN in markdown
 
 
 def test_case_view_of_an_answer_only_response(db_import, monkeypatch):
@@ -637,5 +644,5 @@ def test_case_view_says_when_the_current_rule_no_longer_lists_a_stored_flag(db_i
     con.close()
     at = _case_page(db, monkeypatch, "precalculus/807")
     assert any("listed by: no rule" in i.value and "prl rescore" in i.value for i in at.info)
-    markdown = " ".join(m.value for m in at.markdown)
-    assert "The problem the reasoning fits best** · math500/test/algebra/224.json" in markdown  # what the store says
+    assert "**The problem the reasoning fits best**" in [m.value for m in at.markdown]
+    assert "math500/test/algebra/224.json" in [t.value for t in at.text]  # what the store says

@@ -65,9 +65,10 @@ def case_view(run_id: str, dataset: str, problem_id: str, sample_idx: int) -> No
     case = ui.suspicious_case(ui.db(), run_id, dataset, problem_id, sample_idx)
     k = ("failures", "case", run_id, dataset, problem_id, sample_idx)
     if case is None:
-        st.info(f"{problem_id} sample {sample_idx} is no longer listed (the store changed).")
+        st.info("This sample is no longer listed (the store changed).")
         return
-    st.markdown(f"#### Case: {problem_id} · sample {sample_idx} · run {run_id}")
+    st.markdown("#### The case")  # ids come from data files: shown as text, never as Markdown
+    st.text(f"{problem_id} · sample {sample_idx} · run {run_id}")
     for name in case["flagged_by"]:
         st.warning(f"Listed by **{name}**: {RULES[name].says}.")
     if tuple(case["flagged_now"]) != tuple(case["flagged_by"]):
@@ -88,7 +89,8 @@ def case_view(run_id: str, dataset: str, problem_id: str, sample_idx: int) -> No
                    "in the reasoning.")
     left, middle, right = st.columns([1, 2, 1])
     with left:
-        st.markdown(f"**The problem asked** · {problem_id}")
+        st.markdown("**The problem asked**")
+        st.text(problem_id)
         ui.show_text("problem", case["asked"]["problem"], key=ui.key(*k, "asked"))
         ui.show_answer("gold", case["asked"]["gold"], key=ui.key(*k, "asked_gold"))
         ui.show_answer("the response's answer", case["extracted_answer"], key=ui.key(*k, "answer"))
@@ -103,7 +105,8 @@ def case_view(run_id: str, dataset: str, problem_id: str, sample_idx: int) -> No
         else:
             title = ("**Its closest other problem** (fits less well than the threshold: not why it is listed)"
                      if case["best_is_rival"] else "**The problem the reasoning fits best**")
-            st.markdown(f"{title} · {best['problem_id']}")
+            st.markdown(title)
+            st.text(best["problem_id"])
             ui.show_text("problem", best["problem"], key=ui.key(*k, "best"))
             ui.show_answer("gold", best["gold"], key=ui.key(*k, "best_gold"))
     judgement_form(case, k)
