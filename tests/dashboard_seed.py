@@ -148,6 +148,7 @@ def import_r1zero_part(db) -> str:
     part = Path(str(db)).with_name("r1zero_part.jsonl")
     part.write_text("\n".join(lines[i - 1] for i in R1ZERO_LINES) + "\n", encoding="utf-8")
     run_import(ImportConfig(files=(str(part),), dataset="math500", db=str(db), run_id=R1ZERO_RUN, format="json",
-                            fields="problem=prompt,response=response,label=metrics.answer_reward,gold=ground_truth"),
+                            fields="problem=prompt,response=response,label=metrics.answer_reward,gold=ground_truth",
+                            verify_timeout_s=30),  # a loaded machine must not turn a listed pass into a timeout
                progress=False, log=lambda *_: None)
     return str(db)
