@@ -213,6 +213,14 @@ def target_rows(res: Results, with_faults: bool = True, with_demo: bool = True) 
                      f"{100 * h['recall']:.1f}% / {100 * h['false_flags']:.1f}% (held-out half)",
                      "the overlap rule alone: " + f"{100 * x['held_out_overlap_rule_only']['recall']:.1f}%",
                      met(h["recall"] >= t["recall"] and h["false_flags"] <= t["false_flags"]), "relevance"))
+    sus = res.get("suspicious")
+    if sus:
+        t = sus["totals"]
+        rows.append(("Appendix-C flag on real correct responses (outside files): every listed case read",
+                     f"{t['listed']} of {t['correct']} listed: {t['confirmed']} real, {t['not_suspicious']} false; "
+                     f"swapped real responses {100 * t['swapped_flagged'] / max(1, t['swapped']):.1f}% listed",
+                     f"read under the earlier rule: {t['read_earlier_false']} false flags, no longer listed",
+                     met(all(not x.get("unread") for x in sus["sets"].values())), "suspicious"))
     load = res.get("load")
     if load:
         w = load["with_writer"]
@@ -577,6 +585,56 @@ def region_relevance(res: Results) -> str:
                          ("met" if met else "missed") if d in ("math500", "olympiad_bench") else "no target"])
         lines += table(["data set", "swapped (held out)", "flagged", "own (held out)", "own flagged",
                         "margin tuned on half A", "overlap rule alone: swapped / own flagged", "target"], rows)
+    lines += ["", suspicious_real(res)]
+    return "\n".join(lines)
+
+
+def suspicious_real(res: Results) -> str:
+    """bench/suspicious.py: the same rules on real models' correct responses, every listed case read."""
+    r = res.get("suspicious")
+    if r is None:
+        return missing("suspicious", "python bench/suspicious.py")
+    t = r["totals"]
+    pct = lambda k, n: f"{100 * k / n:.1f}%" if n else "—"  # noqa: E731
+    lines = [f"**Real correct responses (false flags).** The outside files of tests/data/external imported with "
+             f"`prl import` (verifier timeout {r['verify_timeout_s']} s), every correct sample the "
+             "`suspicious_passes` view lists read by a person (the readings: `bench/suspicious_readings.csv`), and "
+             "each correct response also given to a random other problem of its benchmark (the Appendix-C case "
+             f"made of real reasoning). Long-form: at least {r['long_chars']:,} characters. "
+             f"{machine_detail(r['machine'])}.", ""]
+    rows = []
+    for name, x in r["sets"].items():
+        if x.get("absent"):
+            rows.append([x["what"], "file absent", "", "", "", "", "", ""])
+            continue
+        rules = ", ".join(f"{k} {v}" for k, v in x["by_rule"].items() if v) or "—"
+        sw = x["swapped_real"]
+        rows.append([f"{x['what']} (`{x['dataset']}`)", f"{x['correct']} ({x['long_form']})",
+                     f"{x['median_chars']:,.0f}", f"{len(x['listed'])} ({pct(len(x['listed']), x['correct'])})",
+                     rules, f"{x['confirmed']} / {x['not_suspicious']}" + (f" / {len(x['unread'])} unread" if x["unread"] else ""),
+                     f"{sw['flagged']} / {sw['swapped']} ({pct(sw['flagged'], sw['swapped'])})",
+                     str(len(x["read_earlier_not_listed_now"]))])
+    rows.append(["all", f"{t['correct']} ({t['long_form']})", "", f"{t['listed']} ({pct(t['listed'], t['correct'])})",
+                 "", f"{t['confirmed']} / {t['not_suspicious']}",
+                 f"{t['swapped_flagged']} / {t['swapped']} ({pct(t['swapped_flagged'], t['swapped'])})",
+                 str(t["read_earlier_not_listed_now"])])
+    lines += table(["file", "correct (long-form)", "median characters", "listed", "by rule", "real / false (read)",
+                    "swapped real responses listed", "read under an earlier rule, not listed now"], rows)
+    lines += ["", f"On long-form correct responses: {t['listed_long_form']} of {t['long_form']} listed "
+              f"({pct(t['listed_long_form'], t['long_form'])}). The cases read under the earlier rule and no longer "
+              f"listed: {t['read_earlier_not_listed_now']}, of which {t['read_earlier_false']} were false flags."]
+    cases = [(name, c) for name, x in r["sets"].items() for c in x.get("listed", [])]
+    if cases:
+        lines += ["", "Every listed case and its reading:", ""]
+        lines += table(["file", "problem", "sample", "listed by", "characters", "reading", "why"],
+                       [[name, c["problem_id"], str(c["sample_idx"]), ", ".join(c["flagged_by"]), f"{c['chars']:,}",
+                         c["judgement"] or "**unread**", (c["why"] or "").replace("|", "/")] for name, c in cases])
+    earlier = [(name, e) for name, x in r["sets"].items() for e in x.get("read_earlier_not_listed_now", [])]
+    if earlier:
+        lines += ["", "Read when an earlier rule listed them, not listed now:", ""]
+        lines += table(["file", "problem", "sample", "reading", "why"],
+                       [[name, e["problem_id"], str(e["sample_idx"]), e["judgement"], e["why"].replace("|", "/")]
+                        for name, e in earlier])
     return "\n".join(lines)
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+from prl.data.datasets import Problem
+from prl.grading.relevance import JUDGEMENTS, FitIndex, answer_only, fit_index, flagged_by, relevance
 from prl.store.db import DEFAULT_STORE, Store, StoreError
 
 DB_ENV = "PRL_DB"
@@ -206,8 +208,112 @@ def samples_by_verdict(db: str, run_ids: list[str], verdict: str, limit: int = 2
     return open_store(db).df("samples_by_verdict", run_ids=run_ids, verdict=verdict, limit=limit)
 
 
+def _value(x: Any) -> Any:
+    """A DataFrame cell as Python: NaN / NA → None, numpy scalars → Python scalars."""
+    if x is None or (not isinstance(x, str) and pd.isna(x)):
+        return None
+    return x.item() if hasattr(x, "item") else x
+
+
+def _judgements(store: Store, run_ids: list[str]) -> pd.DataFrame:
+    """The judgements of the runs' samples (none in a store written before the table existed)."""
+    if not store.rows("has_judgements")[0][0]:
+        return pd.DataFrame(columns=["run_id", "dataset", "problem_id", "sample_idx", "judgement", "flagged_by", "note",
+                                     "judged_at"])
+    return store.df("judgements_for_runs", run_ids=run_ids)
+
+
 def suspicious_passes(db: str, run_ids: list[str], limit: int = 200) -> pd.DataFrame:
-    return open_store(db).df("suspicious_passes_for_runs", run_ids=run_ids, limit=limit)
+    """The runs' suspicious passes (the ``suspicious_passes`` view), each with the rules that list it
+    (``flagged_by``, from ``prl.grading.relevance.flagged_by``) and its researcher's judgement, if any."""
+    store = open_store(db)
+    df = store.df("suspicious_passes_for_runs", run_ids=run_ids, limit=limit)
+    df.insert(4, "flagged_by", [", ".join(flagged_by("correct", _value(r.relevance), _value(r.answer_only),
+                                                     _value(r.best_fit), r.problem_id))
+                                for r in df.itertuples(index=False)])
+    keys = ["run_id", "dataset", "problem_id", "sample_idx"]
+    judged = _judgements(store, run_ids)[keys + ["judgement"]]
+    if judged.empty:  # a typed empty frame: merging an all-object one would turn sample_idx into objects
+        df.insert(5, "judgement", pd.Series([None] * len(df), dtype=object))
+        return df
+    out = df.merge(judged, on=keys, how="left")
+    out["judgement"] = out["judgement"].astype(object).where(out["judgement"].notna(), None)
+    return out[list(df.columns[:5]) + ["judgement"] + list(df.columns[5:])]
+
+
+def _fit_index(store: Store, dataset: str) -> FitIndex | None:
+    """The fit index the sample's ``best_fit`` was computed with: the bundled benchmark's, else one over the problems
+    the store holds of that data set (a user file's)."""
+    known = fit_index(dataset)
+    if known is not None:
+        return known
+    rows = store.records("problems_of_dataset", dataset=dataset)
+    return FitIndex([Problem(r["dataset"], r["problem_id"], r["problem"], r["gold_normalized"], r["gold"],
+                             _json(r["meta"])) for r in rows]) if rows else None
+
+
+def suspicious_case(db: str, run_id: str, dataset: str, problem_id: str, sample_idx: int) -> dict[str, Any] | None:
+    """One suspicious pass as the Appendix-C case view shows it (None if the sample is not listed):
+
+    ``asked`` and ``best`` ({problem_id, problem, gold}): the problem asked and the one the reasoning fits best
+    (the stored ``best_fit`` where it names another problem, else the closest rival the fit finds now, shown
+    with ``best_is_rival``); the response and the verdict's fields; ``flagged_by`` (the stored signals, the
+    rules that list it in the store) and ``flagged_now`` (the same rules with the fit and answer-only test
+    computed again with the current code); ``fit`` (own fit, rival fit, their ratio and the threshold
+    ``1 + margin``); the researcher's ``judgement`` and ``note``."""
+    store = open_store(db)
+    rows = store.records("suspicious_case", run_id=run_id, dataset=dataset, problem_id=problem_id,
+                         sample_idx=int(sample_idx))
+    if not rows:
+        return None
+    r = rows[0]
+    index = _fit_index(store, dataset)
+    fit = index.fit_case(problem_id, r["response"]) if index is not None else None
+    stored_best = r["best_fit"]
+    best_id = stored_best if stored_best not in (None, problem_id) else (fit.rival if fit is not None else None)
+    best = None
+    if best_id is not None:
+        found = index.problem(best_id) if index is not None else None
+        if found is not None:
+            best = {"problem_id": best_id, "problem": found.problem, "gold": found.gold_normalized}
+        else:
+            stored = store.records("problem_row", dataset=dataset, problem_id=best_id)
+            best = ({"problem_id": best_id, "problem": stored[0]["problem"], "gold": stored[0]["gold_normalized"]}
+                    if stored else {"problem_id": best_id, "problem": None, "gold": None})
+    now_best = fit.best_fit if fit is not None else None
+    judged = _judgements(store, [run_id])
+    judged = judged[(judged["dataset"] == dataset) & (judged["problem_id"] == problem_id)
+                    & (judged["sample_idx"] == int(sample_idx))]
+    return {
+        "run_id": run_id, "dataset": dataset, "problem_id": problem_id, "sample_idx": int(sample_idx),
+        "asked": {"problem_id": problem_id, "problem": r["problem"], "gold": r["gold_normalized"]},
+        "best": best, "best_is_rival": best is not None and stored_best in (None, problem_id),
+        "response": r["response"], "extracted_answer": r["extracted_answer"], "verdict": r["verdict"],
+        "n_tokens": r["n_tokens"], "relevance": r["relevance"], "answer_only": r["answer_only"], "best_fit": stored_best,
+        "flagged_by": flagged_by("correct", r["relevance"], r["answer_only"], stored_best, problem_id),
+        "flagged_now": flagged_by("correct", relevance(r["problem"], r["response"]) if r["problem"] else r["relevance"],
+                                  answer_only(r["response"]), now_best, problem_id),
+        "fit": None if fit is None else {"own": fit.own_fit, "rival": fit.rival, "rival_fit": fit.rival_fit,
+                                         "ratio": fit.ratio, "threshold": 1 + fit.margin, "best_fit": fit.best_fit},
+        "judgement": _value(judged["judgement"].iloc[0]) if len(judged) else None,
+        "note": _value(judged["note"].iloc[0]) if len(judged) else None,
+    }
+
+
+def judge(db: str, run_id: str, dataset: str, problem_id: str, sample_idx: int, judgement: str | None,
+          note: str | None = None) -> None:
+    """The dashboard's one write: a researcher's judgement of a suspicious pass (one of
+    ``prl.grading.relevance.JUDGEMENTS``; None withdraws it), with the rules that list the sample, through
+    ``Store.set_judgement`` (the store's writer path and lock). The samples are never changed."""
+    if judgement is not None and judgement not in JUDGEMENTS:
+        raise ValueError(f"judgement: {judgement!r} is not one of {', '.join(JUDGEMENTS)}")
+    store = open_store(db)
+    rows = store.records("suspicious_case", run_id=run_id, dataset=dataset, problem_id=problem_id,
+                         sample_idx=int(sample_idx))
+    rules = (", ".join(flagged_by("correct", rows[0]["relevance"], rows[0]["answer_only"], rows[0]["best_fit"],
+                                  problem_id)) if rows else None)
+    store.set_judgement(run_id, dataset, problem_id, int(sample_idx), judgement, flagged_by=rules,
+                        note=(note or None))
 
 
 # ─── training ──────────────────────────────────────────────────────────────────────────────

@@ -48,6 +48,7 @@ problem = cached(data.problem)
 verdict_counts = cached(data.verdict_counts)
 samples_by_verdict = cached(data.samples_by_verdict)
 suspicious_passes = cached(data.suspicious_passes)
+suspicious_case = cached(data.suspicious_case)
 train_metrics = cached(data.train_metrics)
 eval_points = cached(data.eval_points)
 rollout_steps = cached(data.rollout_steps)
@@ -122,3 +123,9 @@ def show_text(label: str, text: str, *, key: str, fold_over: int = 1200) -> None
     else:
         st.caption(label)
         st.text(text)
+
+
+def show_answer(label: str, text: str | None, *, key: str) -> None:
+    """A gold or an extracted answer (untrusted, usually bare LaTeX such as ``\\frac{1}{16}``), shown as text.
+    The name the pages call for answers; math typesetting (issue 29, item 3) fills it in."""
+    show_text(label, text, key=key)

@@ -131,6 +131,41 @@ SELECT run_id, dataset, problem_id, sample_idx, relevance, answer_only, best_fit
 FROM suspicious_passes WHERE list_contains($run_ids, run_id)
 ORDER BY answer_only DESC, coalesce(best_fit <> problem_id, false) DESC, relevance NULLS LAST, run_id, dataset, problem_id, sample_idx LIMIT $limit;
 
+-- name: suspicious_case
+-- one listed sample with what the Failures page's case view shows beside it: the problem asked and its gold and
+-- the verdict's fields (no row: the sample is not a suspicious pass). The rules that list it are computed from
+-- relevance, answer_only and best_fit by prl.grading.relevance.flagged_by (the view's flagged_by column is the
+-- same; reading the signals keeps stores whose view predates that column readable)
+SELECT v.run_id, v.dataset, v.problem_id, v.sample_idx, v.relevance, v.answer_only, v.best_fit, v.extracted_answer,
+       v.n_tokens, v.response, s.verdict, s.score, s.source_answer, s.source_label,
+       p.problem, p.gold, p.gold_normalized
+FROM suspicious_passes v
+JOIN samples s USING (run_id, dataset, problem_id, sample_idx)
+LEFT JOIN problems p ON p.dataset = v.dataset AND p.problem_id = v.problem_id
+WHERE v.run_id = $run_id AND v.dataset = $dataset AND v.problem_id = $problem_id AND v.sample_idx = $sample_idx;
+
+-- name: has_judgements
+-- whether the store has the judgements table (stores written before it existed gain it with their next write)
+SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = 'judgements';
+
+-- name: judgements_for_runs
+SELECT run_id, dataset, problem_id, sample_idx, judgement, flagged_by, note, judged_at FROM judgements
+WHERE list_contains($run_ids, run_id) ORDER BY run_id, dataset, problem_id, sample_idx;
+
+-- name: set_judgement
+-- the one write of the dashboard (through prl.store.db.Store.set_judgement, which checks the sample is listed)
+INSERT INTO judgements (run_id, dataset, problem_id, sample_idx, judgement, flagged_by, note)
+VALUES ($run_id, $dataset, $problem_id, $sample_idx, $judgement, $flagged_by, $note)
+ON CONFLICT (run_id, dataset, problem_id, sample_idx) DO UPDATE
+SET judgement = excluded.judgement, flagged_by = excluded.flagged_by, note = excluded.note, judged_at = now();
+
+-- name: suspicious_pass_exists
+SELECT count(*) FROM suspicious_passes
+WHERE run_id = $run_id AND dataset = $dataset AND problem_id = $problem_id AND sample_idx = $sample_idx;
+
+-- name: clear_judgement
+DELETE FROM judgements WHERE run_id = $run_id AND dataset = $dataset AND problem_id = $problem_id AND sample_idx = $sample_idx;
+
 -- name: train_metrics_for_runs
 SELECT run_id, step, name, value FROM train_metrics WHERE list_contains($run_ids, run_id) ORDER BY run_id, name, step;
 

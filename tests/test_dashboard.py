@@ -5,6 +5,7 @@ and a real headless-Chromium check of the running app."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -530,3 +531,139 @@ def test_study_page_shows_the_report(db_repeating, monkeypatch):
     assert "includes 0" in at.dataframe[1].value["note"].iloc[0]
     assert any("declares" in s.value for s in at.success)
     assert [m.value for m in at.metric][:3] == ["2", "2", "4 / 4"]
+
+
+# ─── the Appendix-C case view (Failures → Suspicious passes), on a store of one real import ─────────
+
+@pytest.fixture(scope="module")
+def db_import(tmp_path_factory):
+    """A store holding only ``prl import``'s run of four real R1-Zero MATH-500 responses (dashboard_seed)."""
+    from dashboard_seed import import_r1zero_part
+
+    return import_r1zero_part(tmp_path_factory.mktemp("case") / "store.duckdb")
+
+
+def _listed(at) -> pd.DataFrame:
+    """The Suspicious passes table of the Failures page."""
+    return next(d.value for d in at.dataframe if "flagged_by" in d.value.columns)
+
+
+def _case_page(db, monkeypatch, case: str | None = None):
+    """The Failures page, with the case whose option label contains ``case`` opened. Texts are shown as stored
+    (the "typeset math" toggle off, where the app has one), so the assertions compare exact strings."""
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard import ui
+
+    monkeypatch.setenv(data.DB_ENV, db)
+    at = AppTest.from_file(str(PAGES / "failures.py"), default_timeout=60)
+    if hasattr(ui, "TYPESET"):
+        at.session_state[ui.TYPESET] = False
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    if case is not None:
+        pick = next(s for s in at.selectbox if s.label == "open a case")
+        pick.select_index(next(i for i, label in enumerate(pick.options) if case in label)).run()
+        assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_case_view_shows_both_problems_the_fit_and_the_rule(db_import, monkeypatch):
+    from dashboard_seed import R1ZERO_RUN
+
+    from prl.data.datasets import load_dataset
+    from prl.grading.relevance import FIT_MARGIN, SUSPICION_RULES, fit_index
+
+    at = _case_page(db_import, monkeypatch)
+    caption = " ".join(c.value for c in at.caption)
+    assert all(rule.says in caption for rule in SUSPICION_RULES)  # the caption states every rule, from the home
+    listed = _listed(at)
+    assert sorted(zip(listed.problem_id, listed.flagged_by)) == [
+        ("math500/test/algebra/435.json", "fits_another"), ("math500/test/geometry/65.json", "answer_only"),
+        ("math500/test/prealgebra/1622.json", "fits_another")]
+    assert listed["judgement"].isna().all()
+
+    at = _case_page(db_import, monkeypatch, "algebra/435")
+    problems = {p.problem_id: p for p in load_dataset("math500", flag_raw_only=False)[0]}
+    asked, best = problems["math500/test/algebra/435.json"], problems["math500/test/algebra/224.json"]
+    texts = [t.value for t in at.text]
+    for shown in (asked.problem, asked.gold_normalized, best.problem, best.gold_normalized, "25"):
+        assert shown in texts, shown
+    assert any(t.startswith("Sure! The first step is to find the square root of 20.") for t in texts)
+    markdown = " ".join(m.value for m in at.markdown)
+    assert "**The problem asked**" in markdown and "**The problem the reasoning fits best**" in markdown
+    assert {asked.problem_id, best.problem_id, f"{asked.problem_id} · sample 0 · run {R1ZERO_RUN}"} <= set(texts)
+    [warning] = [w.value for w in at.warning]
+    assert "fits_another" in warning and next(r.says for r in SUSPICION_RULES if r.name == "fits_another") in warning
+    metrics = {m.label: m.value for m in at.metric}
+    response = next(t for t in texts if t.startswith("Sure!"))
+    case = fit_index("math500").fit_case(asked.problem_id, response)
+    assert metrics["fit to asked"] == f"{case.own_fit:.3f}" and metrics["fit to best other"] == f"{case.rival_fit:.3f}"
+    threshold = re.search(r"fits more than ([\d.]+)× better", " ".join(c.value for c in at.caption)).group(1)
+    assert float(metrics["best other ÷ asked"].rstrip("×")) > float(threshold) == 1 + FIT_MARGIN
+    assert not [i for i in at.info if "current rule" in i.value]  # the stored flag is what the current rule finds
+
+
+def test_case_view_of_an_answer_only_response(db_import, monkeypatch):
+    at = _case_page(db_import, monkeypatch, "geometry/65")
+    [warning] = [w.value for w in at.warning]
+    assert "answer_only" in warning
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["answer only"] == "yes" and metrics["fit to asked"] == "0.000"
+    assert "no other problem of the data set shares anything with the reasoning" in " ".join(m.value for m in at.markdown)
+    assert "Find OE</think> <answer>$30^{\\circ}$</answer>" in [t.value for t in at.text]  # as text, never HTML
+
+
+def test_a_judgement_is_saved_in_the_store_and_shown_again(db_import, tmp_path, monkeypatch):
+    """The page's one write: 'save judgement' stores the mark (with the rule that listed the case) in the
+    judgements table; the samples are unchanged; a fresh page shows it in the table and in the case."""
+    import duckdb
+
+    from dashboard_seed import R1ZERO_RUN
+
+    db = str(tmp_path / "store.duckdb")
+    shutil.copy(db_import, db)
+
+    def samples():
+        con = duckdb.connect(db, read_only=True)
+        try:
+            return con.execute("SELECT * FROM samples ORDER BY ALL").fetchall()
+        finally:
+            con.close()
+
+    before = samples()
+    at = _case_page(db, monkeypatch, "prealgebra/1622")
+    radio = next(r for r in at.radio if r.label == "judgement")
+    assert radio.value is None
+    radio.set_value("not_suspicious").run()
+    at.text_input[0].set_value("hexagon of side 7: its own problem").run()
+    next(b for b in at.button if b.label == "save judgement").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [s.value for s in at.success] == ["Saved: not suspicious: the reasoning is about the problem asked (a false flag)."]
+    from prl.store.db import Store
+
+    [row] = Store(db, create=False).records("judgements_for_runs", run_ids=[R1ZERO_RUN])
+    assert (row["problem_id"], row["judgement"], row["flagged_by"], row["note"]) == (
+        "math500/test/prealgebra/1622.json", "not_suspicious", "fits_another", "hexagon of side 7: its own problem")
+    assert samples() == before
+    at = _case_page(db, monkeypatch, "prealgebra/1622")
+    listed = _listed(at).set_index("problem_id")["judgement"]
+    assert listed["math500/test/prealgebra/1622.json"] == "not_suspicious" and listed.isna().sum() == 2
+    assert next(r for r in at.radio if r.label == "judgement").value == "not_suspicious"
+
+
+def test_case_view_says_when_the_current_rule_no_longer_lists_a_stored_flag(db_import, tmp_path, monkeypatch):
+    """A store graded by an earlier rule (its best_fit names another problem, as the rule of before issue 29 did for
+    algebra/435's neighbour): the case says the current rule would not list it and how to regrade."""
+    import duckdb
+
+    db = str(tmp_path / "store.duckdb")
+    shutil.copy(db_import, db)
+    con = duckdb.connect(db)
+    con.execute("UPDATE samples SET best_fit = 'math500/test/algebra/224.json' "
+                "WHERE problem_id = 'math500/test/precalculus/807.json'")
+    con.close()
+    at = _case_page(db, monkeypatch, "precalculus/807")
+    assert any("listed by: no rule" in i.value and "prl rescore" in i.value for i in at.info)
+    assert "**The problem the reasoning fits best**" in [m.value for m in at.markdown]
+    assert "math500/test/algebra/224.json" in [t.value for t in at.text]  # what the store says
