@@ -88,6 +88,140 @@ def test_segment_chart_escapes_model_text():
     assert fig.data[0].marker.color == (0.5,) and fig.data[1].marker.color == (-0.5,)
 
 
+# ─── math typeset (dashboard.math_text) ─────────────────────────────────────────────────────
+
+def _outside_texts() -> tuple[list[str], list[str]]:
+    """(prose, answers): every bundled problem, raw gold field and response in tests/data/external; every
+    normalised gold and raw gold field (typeset whole where it can be)."""
+    import json as _json
+
+    from dashboard.math_text import decode_gold
+    from prl.data.datasets import BENCHMARKS, load_dataset
+
+    texts, answers = [], []
+    for name in BENCHMARKS:
+        for p in load_dataset(name, flag_raw_only=False)[0]:
+            texts += [p.problem, decode_gold(p.gold_raw)]
+            answers += [p.gold_normalized, decode_gold(p.gold_raw)]
+    ext = ROOT / "tests" / "data" / "external"
+    for line in (ext / "jsonl-qwen2.5-math-1.5b-r1zero" / "results.jsonl").read_text().splitlines():
+        texts.append(_json.loads(line)["response"])
+    for row in _json.loads((ext / "amc-json-deepseek-r1-distill-qwen-1.5b" / "amc_output.json").read_text()):
+        texts += list(row["generated_output"]) if isinstance(row["generated_output"], list) else [row["generated_output"]]
+    details = pd.read_parquet(next((ext / "lighteval-saturn-1.5b").glob("details_*.parquet")))
+    texts += [str(x) for preds in details["predictions"] for x in preds]
+    return texts, answers
+
+
+def _math_candidates(texts: list[str], answers: list[str]) -> list[tuple[str, bool]]:
+    from dashboard import math_text
+
+    out = [(a.strip(), False) for a in answers]
+    for t in texts:
+        out += [(value, display) for kind, value, display, _src in math_text._raw_fragments(t) if kind == "math"]
+    return sorted(set(out))
+
+
+needs_node = pytest.mark.skipif(not __import__("katex_oracle").available(),
+                                reason="needs node (Streamlit's own KaTeX is the oracle)")
+
+
+@needs_node
+def test_katex_ok_never_passes_what_streamlits_katex_refuses():
+    """Every math fragment of every bundled problem and gold and of the outside responses: each one
+    katex_ok accepts renders in the KaTeX that st.markdown uses (no red ParseError), and it accepts
+    nearly all that KaTeX takes (the rest is shown as text)."""
+    from dashboard.math_text import katex_ok
+    from katex_oracle import katex_errors
+
+    items = _math_candidates(*_outside_texts())
+    version, errors = katex_errors(items)
+    accepted = [katex_ok(v, d) for v, d in items]
+    false_pass = [(v, e) for (v, _d), ok, e in zip(items, accepted, errors) if ok and e]
+    assert not false_pass, (version, false_pass[:5])
+    renderable = sum(e is None for e in errors)
+    typeset = sum(ok for ok in accepted)
+    assert len(items) > 10_000 and typeset >= 0.99 * renderable, (typeset, renderable)
+    assert len(items) - renderable > 100  # the check is not vacuous: KaTeX refuses some, and so do we
+
+
+@needs_node
+def test_katex_ok_on_broken_math():
+    """Fragments of the bundled problems broken at random (a brace, a script, an environment, an ampersand, an
+    infix operator … inserted or removed): none that katex_ok accepts makes KaTeX fail."""
+    import random
+
+    from dashboard import math_text
+    from katex_oracle import katex_errors
+    from prl.data.datasets import load_dataset
+
+    good = [(v, d) for p in load_dataset("math500", flag_raw_only=False)[0] + load_dataset("olympiad_bench", flag_raw_only=False)[0]
+            for kind, v, d, _s in math_text._raw_fragments(p.problem) if kind == "math" and math_text.katex_ok(v, d)]
+    pieces = ["^", "_", "{", "}", "&", "\\\\", "\\left(", "\\right)", "'", "\\limits", "\\frac", "\\sqrt", "[", "]",
+              "\\text{", "\\begin{matrix}", "\\end{matrix}", "\\over", "#", "%", "\\", " ", "\\mathrm", "\\not",
+              "\\big", "\\hline", "\\tag{1}", "\\hspace{", "pt}", "\\\\[", "\\sum", "\\operatorname{", "\\middle|",
+              "\\end{aligned}", "\\begin{aligned}", "$", "\\{", "\\}", "\\,", "\\AA", "\\iff", "''"]
+    rng = random.Random(0)
+    mutants = []
+    for _ in range(6000):
+        v, d = rng.choice(good)
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randint(0, len(v))
+            v = v[:i] + v[i + rng.randint(1, 3):] if rng.random() < 0.4 else v[:i] + rng.choice(pieces) + v[i:]
+        mutants.append((v, d))
+    accepted = [m for m in mutants if math_text.katex_ok(*m)]
+    _version, errors = katex_errors(accepted)
+    assert 1000 < len(accepted) < len(mutants) and not [(m, e) for m, e in zip(accepted, errors) if e][:5]
+
+
+def test_fragments_split_prose_and_fall_back_per_fragment():
+    from dashboard.math_text import fragments
+
+    f = fragments("Costs $5 and $6; so $x^2$ and \\(y\\), \\[z\\] $$w$$ and \\boxed{\\frac{1}{2}} but $x^2^3$.")
+    assert [(x.kind, x.value, x.display) for x in f if x.kind == "math"] == [
+        ("math", "x^2", False), ("math", "y", False), ("math", "z", True), ("math", "w", True),
+        ("math", "\\boxed{\\frac{1}{2}}", False)]
+    assert "Costs $5 and $6; so " == f[0].value and f[-1] == fragments(" but $x^2^3$.")[0]  # refused: text as written
+    env = fragments("We have\n\\begin{align*} a &= b \\\\ c &= d \\end{align*}\nso")
+    assert [x.kind for x in env] == ["text", "math", "text"] and env[1].display
+    # a whole minerva solution: the parts KaTeX takes are typeset, the rest is text; nothing is lost
+    from prl.data.datasets import load_dataset
+
+    from dashboard.math_text import decode_gold
+
+    for p in load_dataset("minerva_math", flag_raw_only=False)[0][:40]:
+        raw = decode_gold(p.gold_raw)
+        assert "".join(x.source for x in fragments(raw)) == raw
+
+
+def test_markdown_of_untrusted_text_is_that_text():
+    """The Markdown made of hostile text renders (by a CommonMark + GFM renderer) as the same text: no HTML,
+    emphasis, link, autolink, image, list, heading, table or code from it; math where it was math."""
+    import html
+    import re
+
+    mdit = pytest.importorskip("markdown_it")
+    dollarmath = pytest.importorskip("mdit_py_plugins.dollarmath").dollarmath_plugin
+    from dashboard.math_text import NBSP, ZWSP, answer_markdown, escape_text, to_markdown
+
+    md = mdit.MarkdownIt("commonmark", {"linkify": True}).enable(["table", "strikethrough", "linkify"]).use(
+        dollarmath, allow_space=True, allow_digits=True, double_inline=True)
+    hostile = ("<script>document.title='pwned'</script> <b>b</b> **s** _e_ [l](http://e.com) ![i](x.png) "
+               "www.example.com a@b.com http://x.y :smile: :red[x] :material/home: -> >= `c` &amp; \\$ 5$ "
+               "~~s~~ <!-- c -->")
+    for text in (hostile, "# h\n1. one\n- two\n> q\n    code\n| a | b |\n|---|---|\n***\n\n```\nx\n```"):
+        out = md.render(to_markdown(text))
+        assert not re.search(r"<(?!/?(p|br)\b)[a-z]", out), out  # only paragraphs and line breaks
+        shown = html.unescape(re.sub(r"<[^>]+>", "", out)).replace(ZWSP, "").replace(NBSP, " ")
+        assert re.sub(r"\s+", " ", shown).strip() == re.sub(r"\s+", " ", text).strip()
+    out = md.render(to_markdown("so $\\frac{1}{2}$, then\n\\[x^2\\]\nand \\boxed{3}."))
+    assert out.count('class="math') == 3 and "\\frac{1}{2}" in out
+    assert escape_text("a\n  b") == "a\\\n" + NBSP * 2 + "b"  # line breaks and indentation kept
+    assert answer_markdown("\\frac{14}{3}") == "$\\frac{14}{3}$" and answer_markdown("\\text{Evelyn}") == "$\\text{Evelyn}$"
+    assert answer_markdown("3 inches") == "3 inches" and answer_markdown("62.5%") == "62\\.5\\%"
+    assert answer_markdown("x^2^3") == "x\\^2\\^3" and answer_markdown(None) == ""
+
+
 # ─── data functions on the seeded store ──────────────────────────────────────────────────────
 
 def test_scores_match_hand_computation(db):
