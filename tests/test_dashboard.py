@@ -81,11 +81,52 @@ def test_comparison_and_training_charts():
     assert list(curve.data[0].y) == pytest.approx([20.0, 30.0])
 
 
-def test_segment_chart_escapes_model_text():
-    segs = pd.DataFrame({"start_tok": [0, 2], "end_tok": [1, 3], "kl_to_go": [0.2, 0.1], "rho": [0.5, -0.5]})
-    fig = charts.segment_weights(["<scr", "ipt>", "a", "b"], segs)
-    assert len(fig.data) == 2 and "&lt;script&gt;" in fig.data[0].hovertext[0]
-    assert fig.data[0].marker.color == (0.5,) and fig.data[1].marker.color == (-0.5,)
+def test_segment_chart_shows_each_segments_text_and_rho_scale():
+    """One bar per segment, labelled by the segment's own text (escaped: plotly reads markup), of length ρ, on a
+    diverging colour scale symmetric about 0 with a ρ colour bar."""
+    segs = pd.DataFrame({"start_tok": [0, 2], "end_tok": [1, 3], "kl_to_go": [0.2, 0.1], "rho": [0.5, -0.25]})
+    fig = charts.segment_weights(["<scr", "ipt>", " a", "b"], segs)
+    bar = fig.data[0]
+    assert len(fig.data) == 1 and list(bar.y) == ["0: &lt;script&gt;", "1: ab"] and list(bar.x) == [0.5, -0.25]
+    assert "&lt;script&gt;" in bar.hovertext[0] and "<script>" not in bar.hovertext[0] and "S = 0.200" in bar.hovertext[0]
+    assert (bar.marker.cmin, bar.marker.cmax) == (-0.5, 0.5) and bar.marker.colorbar.title.text == "ρ"
+    same = charts.segment_weights(["x"] * 4, segs.assign(rho=[0.0, 0.0]))  # identical texts stay two bars
+    assert len(set(same.data[0].y)) == 2
+
+
+def test_runs_get_distinct_colours_and_verdicts_one_colour_everywhere():
+    """Two runs are never drawn in two blues (Streamlit's palette starts dark blue, light blue), a run's evaluation
+    points take its curve's colour, and a verdict has the same colour whichever verdicts a store holds."""
+    from prl.grading.verifier import VERDICTS
+
+    assert tuple(charts.VERDICT_COLORS) == VERDICTS
+    m = pd.DataFrame({"run_id": ["a", "a", "b", "b"], "step": [1, 2, 1, 2], "name": ["reward/mean"] * 4,
+                      "value": [0.1, 0.2, 0.3, 0.4]})
+    ev = pd.DataFrame({"run_id": ["b"], "step": [2], "dataset": ["synth_test"], "average": [0.5]})
+    fig = charts.training_curves(m, "reward/mean", ev)
+    line_a, line_b, point_b = (t.line.color if t.mode == "lines" else t.marker.color for t in fig.data)
+    assert line_a != line_b and point_b == line_b and {line_a, line_b} == set(charts.RUN_COLORS[:2])
+    rgb = [tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in charts.RUN_COLORS]
+    dist = lambda p, q: sum(abs(x - y) for x, y in zip(p, q))  # noqa: E731
+    assert min(dist(p, q) for i, p in enumerate(rgb) for q in rgb[i + 1:]) > 60  # no two alike
+    assert min(dist(p, q) for p, q in zip(rgb, rgb[1:])) > 200  # runs drawn one after the other: far apart
+    one = pd.DataFrame({"run_id": ["r"] * 2, "dataset": ["d"] * 2, "verdict": ["correct", "wrong"], "samples": [3, 1]})
+    two = pd.DataFrame({"run_id": ["r"] * 3, "dataset": ["d"] * 3, "verdict": ["no_answer", "timeout", "wrong"],
+                        "samples": [1, 1, 2]})
+    colour = lambda fig, v: next(t.marker.color for t in fig.data if t.name == v)  # noqa: E731
+    assert colour(charts.verdict_bars(one), "wrong") == colour(charts.verdict_bars(two), "wrong") == "#e76f51"
+
+
+def test_verdict_chart_shows_shares_per_data_set():
+    """A data set of 1,600 samples and one of 40 read alike: each bar is the share of its (run, data set)."""
+    df = pd.DataFrame({"run_id": ["r"] * 4, "dataset": ["big", "big", "small", "small"],
+                       "verdict": ["correct", "wrong", "correct", "wrong"], "samples": [400, 1200, 30, 10]})
+    fig = charts.verdict_bars(df)
+    share = {t.name: dict(zip(t.x, t.y)) for t in fig.data}
+    assert share["correct"] == {"r · big": 25.0, "r · small": 75.0} and share["wrong"] == {"r · big": 75.0,
+                                                                                         "r · small": 25.0}
+    assert [list(c) for c in fig.data[0].customdata] == [[400, 1600], [30, 40]]  # the counts, in the hover
+    assert fig.layout.yaxis.range == (0, 100)
 
 
 # ─── math typeset (dashboard.math_text) ─────────────────────────────────────────────────────
@@ -295,7 +336,17 @@ def test_compare_page(page):
 
 
 def test_problem_page_shows_untrusted_text_as_text(page):
+    """Typeset (the default): the response's math as math, the rest escaped Markdown that shows as written (no
+    HTML allowed on any element); with the sidebar toggle off, the same text verbatim through st.text."""
+    from dashboard.math_text import to_markdown
+
     at = page("problem", {"dataset": "math500", "problem_id": "math500/1", "runs": "base"})
+    shown = [m.value for m in at.markdown]
+    assert to_markdown(SCRIPT) in shown and "$\\boxed{7}$" in to_markdown(SCRIPT)
+    assert not any(SCRIPT in m or "<script>" in m or "<b>" in m for m in shown)
+    assert not any(m.proto.allow_html for m in at.markdown) and not any(c.proto.allow_html for c in at.caption)
+    assert any("\\<i\\>html in a problem\\<\\/i\\>" in m for m in shown)
+    at.sidebar.toggle[0].set_value(False).run()
     texts = [t.value for t in at.text]
     assert SCRIPT in texts  # rendered by st.text: shown verbatim, never as HTML or Markdown
     assert not any(SCRIPT in m.value for m in at.markdown)
@@ -329,7 +380,9 @@ def test_training_page_with_identical_rollouts(db_repeating, monkeypatch):
     assert [e.label for e in at.expander if e.label.startswith("rollout")] == ["rollout 0 · reward 0",
                                                                                "rollout 1 · reward 0"]
     assert len(at.get("plotly_chart")) == 3  # the reward/mean curve + one segment chart per rollout
-    assert [t.value for t in at.text].count(REPEATED.strip()) == 2  # each response in full, under "show all"
+    from dashboard.math_text import to_markdown
+
+    assert [m.value for m in at.markdown].count(to_markdown(REPEATED)) == 2  # each response in full, under "show all"
 
 
 def test_compare_page_runs_with_nothing_in_common(tmp_path, monkeypatch):
@@ -608,11 +661,15 @@ def test_agreement_page_on_a_real_import(tmp_path, monkeypatch):
     assert any(s.value.startswith("Disagreements: 1") for s in at.subheader)
     at.selectbox(key="agreement/pick/amc-import/its%20source%27s%20own%20labels").select_index(0).run()
     assert not at.exception, [e.value for e in at.exception]
+    shown = [m.value for m in at.markdown]
+    assert "$\\dfrac{1}{7}$" in shown and "$1$" in shown and not at.latex  # our extraction and the gold, typeset
+    from dashboard.math_text import to_markdown
+
+    problem = data.agreement(db, "amc-import")["rows"].iloc[0]["problem"]
+    assert to_markdown(problem) in shown and "$" in to_markdown(problem)  # the problem as typeset prose
+    at.sidebar.toggle[0].set_value(False).run()  # the raw text
     texts = [t.value for t in at.text]
-    assert "\\dfrac{1}{7}" in texts and "1" in texts  # our extraction and the gold, as plain text
-    assert not at.latex
-    at.toggle[0].set_value(True).run()
-    assert [x.value for x in at.latex][:2] == ["$$\n1\n$$", "$$\n\\dfrac{1}{7}\n$$"]  # st.latex wraps in $$
+    assert "\\dfrac{1}{7}" in texts and "1" in texts
     assert any("match no problem: 43" in s.value for s in at.subheader)
     # against another run: the samples both have (the seeded run answers amc23/0 and amc23/1 too)
     import duckdb

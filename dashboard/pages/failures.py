@@ -30,6 +30,7 @@ def read_one(rows, pick_key: str, text_key: str, *key_parts) -> None:
 
 
 def body() -> None:
+    ui.math_toggle()
     run_ids = ui.pick_eval_runs(key="failure_runs")
     if not run_ids:
         return
