@@ -50,7 +50,8 @@ def scores_by_dataset(df: pd.DataFrame, metric: str, title: str | None = None) -
         fig.add_bar(name=name, x=g["dataset"], y=g["value"] * PCT, marker_color=colors[str(run_id)],
                     error_y={"type": "data", "symmetric": False, "array": (g["hi"] - g["value"]) * PCT,
                              "arrayminus": (g["value"] - g["lo"]) * PCT})
-    shown = f"{metric}@{ks[0]}" if len(ks) == 1 else f"{metric}@k (k clipped to each run's n)"
+    shown = (f"{metric}@{ks[0]}" if len(ks) == 1 else "average@n (each run's own n)" if metric == "average"
+             else f"{metric}@k (k clipped to each run's n)")
     fig.update_layout(barmode="group", title=title or f"{shown} by data set (95% bootstrap CI)",
                       yaxis_title="%", xaxis_title="data set", legend_title="run")
     return fig
@@ -188,8 +189,9 @@ def segment_weights(tokens: list[str], segments: pd.DataFrame) -> go.Figure:
                 "colorbar": {"title": {"text": "ρ"}, "thickness": 12}}))
     fig.add_vline(x=0, line_color="gray")
     fig.update_layout(title="segments by ρ (the weight of each step in the advantage)", xaxis_title="ρ",
-                      yaxis={"autorange": "reversed", "type": "category"}, height=min(1400, 120 + 26 * len(segs)),
-                      margin={"l": 10})
+                      yaxis={"autorange": "reversed", "type": "category", "automargin": True},
+                      height=min(1600, 200 + 28 * len(segs)), margin={"l": 10, "t": 50, "b": 50},
+                      bargap=0.25)
     return fig
 
 

@@ -68,9 +68,9 @@ RUN_KINDS = {EVAL: ("evaluation", "evaluations"), TRAINING_EVAL: ("evaluation du
              IMPORTED: ("import", "imports"), RESCORE: ("rescore", "rescores"), TRAIN: ("training run", "training runs")}
 """Every kind of run the pages show, in the order the Runs page counts them (singular, plural)."""
 
-RUN_COLUMNS = ["run_id", "kind", "status", "datasets", "problems", "n", "samples", "average", "model", "source",
-               "lineage", "training", "estimator", "eta", "step_split", "temperature", "max_tokens", "parent_run",
-               "step", "created_at"]
+RUN_COLUMNS = ["run_id", "kind", "datasets", "problems", "n", "samples", "average", "source", "lineage", "training",
+               "model", "status", "estimator", "eta", "step_split", "temperature", "max_tokens", "parent_run", "step",
+               "created_at"]
 
 
 def _source(kind: str, model: str | None, man: dict, parent: str | None) -> str | None:
@@ -80,7 +80,7 @@ def _source(kind: str, model: str | None, man: dict, parent: str | None) -> str 
         files = [f"{s.get('name')} ({' '.join(str(x) for x in (s.get('tool'), s.get('tool_version')) if x)})"
                  if s.get("tool") else str(s.get("name")) for s in man.get("sources", [])]
         return ", ".join(files) or None
-    if kind == RESCORE:
+    if kind == RESCORE:  # (replaced by its source run's, where that run is in the store)
         return f"re-verified {man.get('source_run') or parent}"
     if kind == TRAIN:
         return f"trained from {model}" if model else None
@@ -147,6 +147,10 @@ def runs(db: str) -> pd.DataFrame:
             "max_tokens": sampling.get("max_tokens", train.get("max_tokens")),
             "created_at": r.created_at,
         })
+    source = {row["run_id"]: row["source"] for row in rows}
+    for row in rows:  # a rescore's responses came from where its source run's did
+        if row["kind"] == RESCORE and row["parent_run"] in source:  # (rows in creation order: parents first)
+            row["source"] = source[row["run_id"]] = source[row["parent_run"]]
     out = pd.DataFrame(rows, columns=RUN_COLUMNS)
     for col in ("problems", "step"):
         out[col] = out[col].astype("Int64")

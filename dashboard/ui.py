@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 from urllib.parse import quote
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import data, math_text
@@ -109,7 +110,7 @@ def describe_run(df, run_id: str) -> str:
     parts = [str(r["kind"])]
     for name, fmt in (("datasets", "{}"), ("n", "n = {}"), ("source", "{}"), ("lineage", "{}")):
         v = r[name]
-        if v is not None and v == v:
+        if not pd.isna(v):
             parts.append(fmt.format(v))
     return label_text(" · ".join(parts))
 
@@ -168,7 +169,7 @@ def show_text(label: str, text: str | None, *, key: str, fold_over: int = 1200) 
     fragment, what KaTeX cannot take shown as written; never HTML), or as plain text when the sidebar toggle is
     off; long text folded. ``label`` is ours (Markdown allowed). ``key`` names what is shown (e.g.
     ``key("problem", "sample", run_id, problem_id, idx)``): two identical texts on a page get distinct elements."""
-    if text is None:
+    if text is None or pd.isna(text):
         st.caption(f"{label}: —")
         return
     text = str(text)
@@ -186,7 +187,7 @@ def show_text(label: str, text: str | None, *, key: str, fold_over: int = 1200) 
 def show_answer(label: str, text: str | None, *, key: str) -> None:
     """A gold or an extracted answer: typeset whole where KaTeX takes it and it reads as a formula
     (``dashboard.math_text.answer_markdown``), else as prose; plain text when the toggle is off."""
-    if text is None or (isinstance(text, float) and text != text):
+    if text is None or pd.isna(text):
         st.caption(f"{label}: —")
         return
     if len(str(text)) > 300:  # a whole solution: prose, folded

@@ -37,6 +37,38 @@ def db_repeating(tmp_path_factory):
     return add_study(add_repeating_run(seed(tmp_path_factory.mktemp("dash_rep") / "store.duckdb")))
 
 
+FORMATS = ROOT / "tests" / "data" / "formats"
+
+
+@pytest.fixture(scope="module")
+def db_imports(tmp_path_factory):
+    """The seeded store plus runs of every other kind made by the pipeline itself: two tool-made files imported
+    (lm-eval's and Inspect's own outputs on the same 20 synthetic problems, 2 responses each) and a rescore of one."""
+    from prl.evaluation.rescore import rescore_run
+    from prl.grading.verifier import VerifierSettings
+    from prl.imports.run import ImportConfig, run_import
+
+    db = seed(tmp_path_factory.mktemp("dash_imports") / "store.duckdb")
+    for run_id, path in (("lm_eval", next((FORMATS / "lm_eval").glob("samples_*.jsonl"))),
+                         ("inspect", FORMATS / "inspect" / "prl_synth_tiny_warm.eval")):
+        run_import(ImportConfig(files=(str(path),), dataset="synth_test", db=db, run_id=run_id, verifier_workers=1),
+                   progress=False, log=lambda *_: None)
+    rescore_run(db, "inspect", verifier=VerifierSettings(verifier_workers=1), progress=False, log=lambda *_: None)
+    return db
+
+
+def _app(db, monkeypatch, name: str, query: dict | None = None):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv(data.DB_ENV, db)
+    at = AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=60)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
 @pytest.fixture
 def page(db, monkeypatch):
     from streamlit.testing.v1 import AppTest
@@ -383,6 +415,132 @@ def test_training_page_with_identical_rollouts(db_repeating, monkeypatch):
     from dashboard.math_text import to_markdown
 
     assert [m.value for m in at.markdown].count(to_markdown(REPEATED)) == 2  # each response in full, under "show all"
+
+
+# ─── every run with samples, of every kind, on every page ─────────────────────────────────────
+
+def test_runs_of_every_kind_with_source_and_lineage(db_imports):
+    """The runs table on a store holding every kind: data sets, problems and n from the samples (imports have no
+    sampling config), the source (file and tool of an import; a rescore's is its source run's), the lineage
+    (training run and step; the run a rescore re-verified) and a link to the training run at that step."""
+    from prl.evaluation.rescore import RESCORE
+    from prl.imports.run import IMPORTED
+
+    assert (data.IMPORTED, data.RESCORE) == (IMPORTED, RESCORE)
+    runs = data.runs(db_imports).set_index("run_id")
+    lm, ins, re_ = runs.loc["lm_eval"], runs.loc["inspect"], runs.loc["inspect.rescore"]
+    assert (lm["kind"], lm["datasets"], lm["problems"], lm["n"], lm["samples"]) == ("imported", "synth_test", 20, "2", 40)
+    assert lm["source"].startswith("samples_prl_synth_arith_") and "(lm-evaluation-harness 0.4.13)" in lm["source"]
+    assert ins["source"] == "prl_synth_tiny_warm.eval (inspect_ai 0.3.285)" and pd.isna(ins["lineage"])
+    assert (re_["kind"], re_["source"], re_["lineage"]) == ("rescore", ins["source"], "rescore of inspect")
+    ev = runs.loc["train-prl@step5"]
+    assert (ev["kind"], ev["lineage"], ev["training"]) == ("training eval", "train-prl · step 5",
+                                                           "training?run=train-prl&step=5")
+    assert runs.loc["base", "datasets"] == "amc23, math500" and runs.loc["base", "n"] == "4"
+    assert data.kind_counts(runs.reset_index()) == ("7 runs: 2 evaluations, 1 evaluation during training, 2 imports, "
+                                                    "1 rescore, 1 training run")
+
+
+def test_runs_page_counts_each_kind_and_links_the_training_run(db_imports, monkeypatch):
+    at = _app(db_imports, monkeypatch, "runs")
+    assert at.caption[0].value.startswith("7 runs: 2 evaluations, 1 evaluation during training, 2 imports, 1 rescore")
+    table = at.dataframe[0].value.set_index("run_id")
+    assert table.loc["inspect", "datasets"] == "synth_test" and table.loc["inspect", "n"] == "2"
+    at.selectbox(key="runs/manifest_of").set_value("train-prl@step5").run()
+    assert any("training?run=train-prl&step=5" in m.value for m in at.markdown)
+    assert any("train\\-prl · step 5" in m.value for m in at.markdown)
+
+
+def test_compare_page_on_two_imported_runs(db_imports, monkeypatch):
+    """Two imports (lm-eval's and Inspect's files) are compared like any runs: the page's numbers are
+    prl.evaluation.report.compare_runs's."""
+    from prl.evaluation.report import compare_runs
+    from prl.store.db import Store
+
+    at = _app(db_imports, monkeypatch, "compare")
+    assert "inspect.rescore" in at.selectbox[0].options[-1] or "inspect.rescore" in at.selectbox[1].value
+    at.selectbox[0].set_value("lm_eval")
+    at.selectbox[1].set_value("inspect")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    want = compare_runs(Store(db_imports, create=False), "lm_eval", "inspect", iters=1000)["overall"]
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["common problems"] == str(want["problems"]) == "20"
+    assert shown["gained / lost"] == f"{want['mcnemar']['gained']} / {want['mcnemar']['lost']}"
+    assert shown["Δ average@n (pp)"] == f"{100 * want['diff']['diff']:+.1f}"
+    assert any(c.value.startswith("imported · synth\\_test · n \\= 2") and "inspect\\_ai" in c.value for c in at.caption)
+
+
+def test_scores_page_bounds_k_by_the_runs_n_and_says_where_it_is_clipped(db_imports, monkeypatch):
+    at = _app(db_imports, monkeypatch, "scores", {"runs": "base,prl"})
+    k = at.number_input[0]
+    assert (k.value, k.max) == (4, 4)  # n = 4: the input cannot say 8 while the page shows pass@4
+    at = _app(db_imports, monkeypatch, "scores", {"runs": "base,lm_eval"})
+    assert at.number_input[0].value == 4
+    clipped = " ".join(c.value for c in at.caption)
+    assert "pass@4 needs 4 samples per problem: lm\\_eval has 2, so it shows pass@2" in clipped
+    shown = {str(c) for df in at.dataframe for c in df.value.columns.to_flat_index()}
+    assert any("pass@2" in c and "lm_eval" in c for c in shown) and any("pass@4" in c and "base" in c for c in shown)
+
+
+def test_problem_page_shows_an_imports_own_label_and_answer(db_imports, monkeypatch):
+    """An imported sample: the source's label and extracted answer beside ours; no '<NA> tokens · None'."""
+    from prl.store.db import Store
+
+    with Store(db_imports, create=False).read() as con:
+        pid, ans, label, ref = con.execute("SELECT problem_id, source_answer, source_label, source_ref FROM samples "
+                                           "WHERE run_id = 'inspect' AND source_answer IS NOT NULL "
+                                           "ORDER BY problem_id, sample_idx LIMIT 1").fetchone()
+    at = _app(db_imports, monkeypatch, "problem", {"dataset": "synth_test", "problem_id": pid, "runs": "inspect"})
+    assert at.multiselect[0].value == ["inspect"]  # the deep link's run is the one selected in the box
+    title = at.expander[0].label
+    assert "NA" not in title and "None" not in title and "tokens" not in title
+    assert f"source: {'correct' if label > 0.5 else 'wrong'} ({label:g}), answer" in title
+    from dashboard import ui
+    from dashboard.math_text import answer_markdown
+
+    captions = [c.value for c in at.caption]
+    assert any(c.startswith("the source's answer — ") for c in captions) and f"from {ui.label_text(ref)}" in captions
+
+    assert answer_markdown(ans) in [m.value for m in at.markdown]
+
+
+def test_untrusted_answers_in_titles_are_escaped(tmp_path, monkeypatch):
+    """An extracted answer is model text inside an expander title (Streamlit reads titles as Markdown): a link, an
+    image or emphasis in it shows as written."""
+    from prl.store.db import Store
+
+    db = seed(tmp_path / "store.duckdb")
+    Store(db, create=False).insert_samples([dict(
+        run_id="base", dataset="math500", problem_id="math500/0", sample_idx=9, response="r", verdict="wrong",
+        extracted_answer="[x](y) ![i](z) **b** :red[c]", score=0.0)])
+    at = _app(db, monkeypatch, "problem", {"dataset": "math500", "problem_id": "math500/0", "runs": "base"})
+    title = next(e.label for e in at.expander if "sample 9" in e.label)
+    assert "\\[x\\]\\(y\\)" in title and "\\!\\[i\\]" in title and "\\*\\*b\\*\\*" in title
+    assert "\\:\u200bred\\[c\\]" in title
+
+
+def test_deep_links_select_their_runs(db_repeating, monkeypatch):
+    """?runs= on the pages that list runs and ?run=&step= on Training select what the link names."""
+    at = _app(db_repeating, monkeypatch, "failures", {"runs": "prl"})
+    assert at.multiselect[0].value == ["prl"]
+    at.multiselect[0].set_value(["base", "prl"]).run()  # the link applies once: the reader's choice then holds
+    assert at.multiselect[0].value == ["base", "prl"]
+    at = _app(db_repeating, monkeypatch, "training", {"run": "train-rep", "step": "2"})
+    assert "train-rep" in at.multiselect[0].value
+    assert next(s for s in at.selectbox if s.label == "run").value == "train-rep"
+    assert at.get("select_slider")[0].value == 2
+
+
+def test_agreement_cards_fit_three_to_a_row(db_imports, monkeypatch):
+    """Six cards in two rows of three (five in one row cut the accuracy card off at 1,400 px)."""
+    at = _app(db_imports, monkeypatch, "agreement")
+    assert at.selectbox[0].value == "inspect.rescore"  # the newest import or rescore
+    labels = [m.label for m in at.metric]
+    assert labels == ["samples compared", "agree", "Cohen's κ", "our accuracy", "their accuracy",
+                      "reported by the source"]
+    assert [m.value for m in at.metric] == ["40", "100.0%", "1.000", "0.075", "0.075", "0.0750"]
+    assert max(len(m.value) for m in at.metric) <= 8
 
 
 def test_compare_page_runs_with_nothing_in_common(tmp_path, monkeypatch):

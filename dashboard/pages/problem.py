@@ -8,6 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import pandas as pd  # noqa: E402
 import streamlit as st  # noqa: E402
 
 from dashboard import math_text, ui  # noqa: E402
@@ -17,20 +18,26 @@ st.title("Problem")
 
 
 def _known(value) -> bool:
-    return value is not None and value == value  # neither None nor NaN/NA
+    return not pd.isna(value)  # neither None nor NaN nor NA
+
+
+def _short(text, limit: int = 40) -> str:
+    text = " ".join(str(text).split())
+    return ui.label_text(text if len(text) <= limit else text[:limit - 1] + "…")
 
 
 def sample_title(r) -> str:
     """The expander title of one sample: ours, then the source's own label and answer where it was imported;
-    length and finish reason only where stored. Untrusted parts escaped (titles are Markdown)."""
-    answer = "—" if not _known(r.extracted_answer) else ui.label_text(r.extracted_answer)
+    length and finish reason only where stored. Untrusted parts escaped (titles are Markdown), long answers cut
+    (they are shown whole, typeset, inside)."""
+    answer = "—" if not _known(r.extracted_answer) else _short(r.extracted_answer)
     parts = [ui.label_text(r.run_id), f"sample {r.sample_idx}", f"ours: {r.verdict}, answer {answer}"]
     if _known(r.source_label):
         theirs = "correct" if r.source_label > 0.5 else "wrong"
-        src_answer = f", answer {ui.label_text(r.source_answer)}" if _known(r.source_answer) else ""
+        src_answer = f", answer {_short(r.source_answer)}" if _known(r.source_answer) else ""
         parts.append(f"source: {theirs} ({r.source_label:g}){src_answer}")
     elif _known(r.source_answer):
-        parts.append(f"source's answer {ui.label_text(r.source_answer)}")
+        parts.append(f"source's answer {_short(r.source_answer)}")
     if _known(r.n_tokens):
         parts.append(f"{int(r.n_tokens)} tokens")
     if _known(r.finish_reason):
@@ -92,9 +99,13 @@ def body() -> None:
                     st.caption(f"why: {ui.label_text(r.verdict_detail)}")
             if _known(r.source_label) or _known(r.source_answer):
                 with a2:
-                    verdict = ("correct" if r.source_label > 0.5 else "wrong") if _known(r.source_label) else "no label"
-                    ui.show_answer(f"the source's answer — {verdict}",
-                                   r.source_answer if _known(r.source_answer) else None, key=ui.key(*sample, "source"))
+                    verdict = (f"{'correct' if r.source_label > 0.5 else 'wrong'} (its label {r.source_label:g})"
+                               if _known(r.source_label) else "no label")
+                    if _known(r.source_answer):
+                        ui.show_answer(f"the source's answer — {verdict}", r.source_answer,
+                                       key=ui.key(*sample, "source"))
+                    else:
+                        st.caption(f"the source — {verdict}; it wrote no extracted answer of its own")
             ui.show_text("response", r.response, key=ui.key(*sample, "response"))
             if _known(r.source_ref):
                 st.caption(f"from {ui.label_text(r.source_ref)}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import pandas as pd  # noqa: E402
 import streamlit as st  # noqa: E402
 
 from dashboard import data, ui  # noqa: E402
@@ -36,10 +37,10 @@ def body() -> None:
             row = df.set_index("run_id").loc[run_id]
             facts = [f"**kind** {row['kind']}"]
             for name in ("source", "lineage"):
-                if row[name] is not None and row[name] == row[name]:
+                if not pd.isna(row[name]):
                     facts.append(f"**{name}** {ui.label_text(row[name])}")
             st.markdown(" · ".join(facts))
-            if row["training"] is not None and row["training"] == row["training"]:
+            if not pd.isna(row["training"]):
                 st.markdown(f"[open the training run at that step in Training]({row['training']})")
             st.json(ui.run_manifest(ui.db(), run_id), expanded=1)
     st.subheader("Reference: the paper's Tables 1 and 3")
