@@ -334,27 +334,10 @@ class _Checker:
                 raise _Refused("a [ after \\\\ that is not a size")
 
     def script_arg(self) -> None:
-        t = self.next()
-        if t is None:
-            raise _Refused("a script without argument")
-        if t.kind == "{":
-            self.seq("}", "group")
-            self.next()
-        elif t.kind == "char" and t.value in MATH_CHARS and t.value not in "'":
-            pass
-        elif t.kind == "char" and not t.value.isascii() and t.value.isprintable():
-            pass
-        elif t.kind == "word" and t.value in PLAIN_SYMBOLS:
-            pass
-        elif t.kind == "word" and t.value in SCRIPT_FUNCTIONS:  # x^\frac12: KaTeX takes these with their arguments
-            self.i -= 1
-            self.atom()
-        elif t.kind == "symbol" and t.value in ESCAPED_CHARS:
-            pass
-        else:
-            raise _Refused("a script argument KaTeX may not take")
+        """The argument of ``^`` or ``_``: KaTeX also takes ``\\frac`` with its arguments there (``256^\\frac12``)."""
+        self.math_arg(script=True)
 
-    def math_arg(self) -> None:
+    def math_arg(self, script: bool = False) -> None:
         """One argument: a group, or a single character or argument-less symbol."""
         t = self.next()
         if t is None:
@@ -363,9 +346,14 @@ class _Checker:
             self.seq("}", "group")
             self.next()
         elif t.kind == "char" and (t.value in MATH_CHARS or (not t.value.isascii() and t.value.isprintable())) \
-                and t.value not in "[]":
+                and t.value not in ("'" if script else "[]"):
             pass
         elif t.kind == "word" and t.value in PLAIN_SYMBOLS:
+            pass
+        elif script and t.kind == "word" and t.value in SCRIPT_FUNCTIONS:
+            self.i -= 1
+            self.atom()
+        elif script and t.kind == "symbol" and t.value in ESCAPED_CHARS:
             pass
         else:
             raise _Refused("an argument KaTeX may not take")

@@ -101,18 +101,17 @@ DELETE FROM train_rollouts WHERE run_id = $run_id AND step > $step;
 -- every run with what its samples hold: how many, the average score, the data sets, problems and samples per
 -- problem (min and max), and the kind of the run it derives from (an evaluation made during training points at
 -- its training run; a rescore at the run it re-verified)
-WITH per_run AS (
-    SELECT run_id, count(*) AS samples, avg(score) AS average,
-           string_agg(DISTINCT dataset, ', ' ORDER BY dataset) AS datasets
-    FROM samples GROUP BY run_id),
-per_problem AS (
-    SELECT run_id, count(*) AS problems, min(n) AS n_min, max(n) AS n_max FROM problem_outcomes GROUP BY run_id)
+WITH per_problem AS (  -- one pass over the samples
+    SELECT run_id, dataset, count(*) AS n, sum(score) AS score FROM samples GROUP BY run_id, dataset, problem_id),
+per_run AS (
+    SELECT run_id, sum(n) AS samples, sum(score) / sum(n) AS average, count(*) AS problems, min(n) AS n_min,
+           max(n) AS n_max, string_agg(DISTINCT dataset, ', ' ORDER BY dataset) AS datasets
+    FROM per_problem GROUP BY run_id)
 SELECT r.run_id, r.kind, r.model, r.created_at, r.status, r.config, r.manifest, r.parent_run_id, r.train_step,
-       coalesce(s.samples, 0) AS samples, s.average, s.datasets, p.problems, p.n_min, p.n_max,
+       coalesce(s.samples, 0) AS samples, s.average, s.datasets, s.problems, s.n_min, s.n_max,
        parent.kind AS parent_kind, parent.parent_run_id AS grandparent_run_id, parent.train_step AS parent_train_step
 FROM runs r
 LEFT JOIN per_run s ON s.run_id = r.run_id
-LEFT JOIN per_problem p ON p.run_id = r.run_id
 LEFT JOIN runs parent ON parent.run_id = r.parent_run_id
 ORDER BY r.created_at, r.run_id;
 

@@ -71,19 +71,7 @@ def _app(db, monkeypatch, name: str, query: dict | None = None):
 
 @pytest.fixture
 def page(db, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
-    monkeypatch.setenv(data.DB_ENV, db)
-
-    def run(name: str, query: dict | None = None):
-        at = AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=60)
-        for k, v in (query or {}).items():
-            at.query_params[k] = v
-        at.run()
-        assert not at.exception, [e.value for e in at.exception]
-        return at
-
-    return run
+    return lambda name, query=None: _app(db, monkeypatch, name, query)
 
 
 # ─── charts: DataFrame → Figure ─────────────────────────────────────────────────────────────
@@ -739,64 +727,137 @@ def _lan_ip() -> str | None:
     return None if ip.startswith("127.") else ip
 
 
-@pytest.mark.e2e
-@pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")),
-                    reason="needs Debian's chromium and chromium-driver (scripts/install.sh installs them as root)")
-def test_real_browser_renders_every_page(db):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
+needs_browser = pytest.mark.skipif(
+    not (shutil.which("chromium") and shutil.which("chromedriver")),
+    reason="needs Debian's chromium and chromium-driver (scripts/install.sh installs them as root)")
 
-    artifacts = ROOT / "artifacts" / "screenshots"
-    artifacts.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "prl_cli", "dashboard", "--db", db, "--port", str(port)],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    opts = webdriver.ChromeOptions()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1400,1000"):
-        opts.add_argument(flag)
-    opts.binary_location = shutil.which("chromium")
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
-    try:
-        base = f"http://127.0.0.1:{port}"
+
+class _Browser:
+    """``prl dashboard --db DB`` on a free port and a headless Chromium at 1,400 × 1,000 px looking at it."""
+
+    def __init__(self, db):
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+
+        self.artifacts = ROOT / "artifacts" / "screenshots"
+        self.artifacts.mkdir(parents=True, exist_ok=True)
+        self.port = _free_port()
+        self.server = subprocess.Popen([sys.executable, "-m", "prl_cli", "dashboard", "--db", str(db), "--port",
+                                        str(self.port)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, start_new_session=True)
+        opts = webdriver.ChromeOptions()
+        for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                     "--window-size=1400,1000"):
+            opts.add_argument(flag)
+        opts.binary_location = shutil.which("chromium")
+        self.driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
+        self.base = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 break
             except OSError:
                 time.sleep(0.5)
+
+    def open(self, path: str, until: str, screenshot: str | None = None) -> str:
+        """Load ``path``, wait until the page shows ``until`` and has stopped running; its main area's text."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        self.driver.get(f"{self.base}/{path}")
+        WebDriverWait(self.driver, 60).until(lambda d: until in d.find_element(By.TAG_NAME, "body").text)
+        WebDriverWait(self.driver, 60).until(  # the script has finished (no running indicator) and charts drew
+            lambda d: not d.find_elements(By.CSS_SELECTOR, "[data-testid='stStatusWidget']"))
+        time.sleep(1.5)
+        if screenshot:
+            self.driver.save_screenshot(str(self.artifacts / f"{screenshot}.png"))
+        return self.driver.find_element(By.TAG_NAME, "body").text
+
+    def count(self, css: str) -> int:
+        from selenium.webdriver.common.by import By
+
+        return len(self.driver.find_elements(By.CSS_SELECTOR, css))
+
+    def close(self) -> None:
+        self.driver.quit()
+        os.killpg(self.server.pid, signal.SIGTERM)
+        try:
+            self.server.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.server.pid, signal.SIGKILL)
+
+
+@pytest.mark.e2e
+@needs_browser
+def test_real_browser_renders_every_page(db):
+    from selenium.webdriver.common.by import By
+
+    b = _Browser(db)
+    try:
         # bound to 127.0.0.1 by default: the kernel's socket table shows that one listening address (it
         # does on a machine without a LAN address too) ...
-        assert listening_addresses(server.pid) == {("127.0.0.1", port)}
+        assert listening_addresses(b.server.pid) == {("127.0.0.1", b.port)}
         lan = _lan_ip()
         if lan:  # ... and where the machine has another address, the dashboard is unreachable on it
             with pytest.raises(OSError):
-                socket.create_connection((lan, port), timeout=2).close()
+                socket.create_connection((lan, b.port), timeout=2).close()
         expect = {"": "Runs", "scores": "Scores", "compare": "Compare two runs", "problem": "Problem",
                   "failures": "Failures", "training": "Training", "sql": "SQL (read-only)"}
         for path, title in expect.items():
-            driver.get(f"{base}/{path}")
-            WebDriverWait(driver, 60).until(lambda d: title in d.find_element(By.TAG_NAME, "body").text)
-            time.sleep(1.5)  # let charts finish drawing for the screenshot
-            assert "Traceback" not in driver.find_element(By.TAG_NAME, "body").text
-            driver.save_screenshot(str(artifacts / f"{path or 'runs'}.png"))
-        driver.get(f"{base}/problem?dataset=math500&problem_id=math500/1&runs=base")
-        WebDriverWait(driver, 60).until(lambda d: "document.title" in d.find_element(By.TAG_NAME, "body").text)
-        body = driver.find_element(By.TAG_NAME, "body").text
+            body = b.open(path, title, screenshot=path or "runs")
+            assert "Traceback" not in body and not b.count(".katex-error")
+        body = b.open("problem?dataset=math500&problem_id=math500/1&runs=base", "document.title",
+                      screenshot="problem_script_as_text")
         assert "<script>document.title='pwned'</script><b>bold</b> **not markdown**" in body
-        assert driver.title != "pwned" and not driver.find_elements(By.XPATH, "//b[text()='bold']")
-        driver.save_screenshot(str(artifacts / "problem_script_as_text.png"))
+        assert b.driver.title != "pwned" and not b.driver.find_elements(By.XPATH, "//b[text()='bold']")
+        assert b.count("[data-testid='stExpander'] .katex") >= 1  # its \\boxed{7}, typeset
     finally:
-        driver.quit()
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def db_outside(db_imports, tmp_path_factory):
+    """db_imports plus DeepSeek-R1-Distill-Qwen-1.5B's long-form AMC responses (tests/data/external)."""
+    from prl.imports.run import ImportConfig, run_import
+
+    db = tmp_path_factory.mktemp("dash_outside") / "store.duckdb"
+    shutil.copy(db_imports, db)
+    amc = ROOT / "tests" / "data" / "external" / "amc-json-deepseek-r1-distill-qwen-1.5b" / "amc_output.json"
+    run_import(ImportConfig(files=(str(amc),), dataset="amc23", db=str(db), run_id="amc-import",
+                            reported_accuracy=0.6506, verifier_workers=1), progress=False, log=lambda *_: None)
+    return str(db)
+
+
+@pytest.mark.e2e
+@needs_browser
+def test_real_browser_on_a_store_of_imports(db_outside):
+    """The pages a researcher reads on imported runs, in Chromium at 1,400 px: the Runs caption counts the imports,
+    Compare compares two imports, the long-form R1-distill responses show typeset math and no KaTeX error, no link
+    or image from their text, and no Agreement card is cut off."""
+    b = _Browser(db_outside)
+    try:
+        body = b.open("", "Runs", screenshot="imports_runs")
+        assert "3 imports, 1 rescore" in body and "Traceback" not in body
+        body = b.open("compare?a=lm_eval&b=inspect", "gained / lost", screenshot="imports_compare")
+        assert "common problems\n20" in body and "Traceback" not in body
+        body = b.open("problem?dataset=amc23&problem_id=amc23/10&runs=amc-import", "sample 0",
+                      screenshot="imports_problem")
+        assert "source: correct" in body and "Traceback" not in body
+        assert b.count("[data-testid='stExpander'] .katex") > 20 and not b.count(".katex-error")
+        assert not b.count("[data-testid='stMain'] [data-testid='stMarkdownContainer'] a:not([href^='#']), "
+                           "[data-testid='stMain'] [data-testid='stMarkdownContainer'] img")  # (#: heading anchors)
+        body = b.open("agreement", "Disagreements", screenshot="imports_agreement")
+        cut = b.driver.execute_script(
+            "return [...document.querySelectorAll('[data-testid=stMetricValue], [data-testid=stMetricLabel]')]"
+            ".filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.innerText)")
+        assert cut == [] and "our accuracy" in body and "Traceback" not in body
+        for path, title in (("scores", "Scores"), ("failures", "Failures"), ("training", "Training")):
+            body = b.open(path, title, screenshot=f"imports_{path}")
+            assert "Traceback" not in body and not b.count(".katex-error")
+    finally:
+        b.close()
 
 
 def test_agreement_page_on_a_real_import(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """Compare: two runs of any kind with samples (evaluations, evaluations during training, imports, rescores)
 → per-data-set deltas with paired CIs, the success-set diff (gained, lost, both, neither) with
-click-through to a problem, and a scatter of per-problem success rates."""
+click-through to a problem, and a scatter of per-problem success rates. Deep link: ``?a=RUN&b=RUN``."""
 
 import sys
 from pathlib import Path
@@ -36,6 +36,9 @@ def body() -> None:
         return
     labels = ui.run_labels(with_samples)
     a_default, b_default = default_pair(with_samples)
+    q = st.query_params  # deep links: ?a=RUN&b=RUN
+    a_default = q.get("a") if q.get("a") in choices else a_default
+    b_default = q.get("b") if q.get("b") in choices else b_default
     c1, c2 = st.columns(2)
     run_a = c1.selectbox("A (baseline)", choices, index=choices.index(a_default), key=ui.key("compare", "run_a"),
                          format_func=lambda r: labels.get(r, r))
