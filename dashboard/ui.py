@@ -76,8 +76,22 @@ def key(*parts: Any) -> str:
     return "/".join(one(p) for p in parts)
 
 
+def _through_the_app() -> None:
+    """A page must run inside ``app.py`` (its ``st.navigation``, its ``--db``). Streamlit treats the folder
+    ``dashboard/pages`` as a pages directory of its older multipage scheme until ``st.navigation`` has run once;
+    when the first request a fresh server gets is a deep link (``/problem?…``), it runs that page file alone,
+    without ``app.py``, and keeps doing so. Leave that scheme and rerun: the rerun goes through ``app.py``,
+    which routes to the same page with the same query."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def guard(fn: Callable[[], Any]) -> None:
-    """Run a page body; a missing or busy store becomes a message, not a traceback."""
+    """Run a page body (inside ``app.py``); a missing or busy store becomes a message, not a traceback."""
+    _through_the_app()
     try:
         fn()
     except StoreError as e:

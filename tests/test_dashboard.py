@@ -838,16 +838,18 @@ def test_real_browser_on_a_store_of_imports(db_outside):
     or image from their text, and no Agreement card is cut off."""
     b = _Browser(db_outside)
     try:
-        body = b.open("", "Runs", screenshot="imports_runs")
-        assert "3 imports, 1 rescore" in body and "Traceback" not in body
-        body = b.open("compare?a=lm_eval&b=inspect", "gained / lost", screenshot="imports_compare")
-        assert "common problems\n20" in body and "Traceback" not in body
+        # the first request a fresh server gets is a deep link: it still runs inside app.py (its --db, its pages)
         body = b.open("problem?dataset=amc23&problem_id=amc23/10&runs=amc-import", "sample 0",
                       screenshot="imports_problem")
+        assert f"store: {db_outside}" in body.replace("\n", "") and "Agreement" in body
         assert "source: correct" in body and "Traceback" not in body
         assert b.count("[data-testid='stExpander'] .katex") > 20 and not b.count(".katex-error")
         assert not b.count("[data-testid='stMain'] [data-testid='stMarkdownContainer'] a:not([href^='#']), "
                            "[data-testid='stMain'] [data-testid='stMarkdownContainer'] img")  # (#: heading anchors)
+        body = b.open("", "Runs", screenshot="imports_runs")
+        assert "3 imports, 1 rescore" in body and "Traceback" not in body
+        body = b.open("compare?a=lm_eval&b=inspect", "gained / lost", screenshot="imports_compare")
+        assert "common problems\n20" in body and "Traceback" not in body
         body = b.open("agreement", "Disagreements", screenshot="imports_agreement")
         cut = b.driver.execute_script(
             "return [...document.querySelectorAll('[data-testid=stMetricValue], [data-testid=stMetricLabel]')]"
