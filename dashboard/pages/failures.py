@@ -130,6 +130,7 @@ def judgement_form(case: dict, k: tuple) -> None:
 
 
 def body() -> None:
+    ui.math_toggle()
     run_ids = ui.pick_eval_runs(key="failure_runs")
     if not run_ids:
         return
