@@ -140,6 +140,7 @@ def main() -> dict:
             "verdict_counts_for_runs": dict(run_ids=["run-3"]),
             "suspicious_passes_for_run": dict(run_id="run-3", limit=50),
             "list_runs": {},
+            "runs_full": {},
             "stored_counts_for_run": dict(run_id="run-3"),
         }
         results_q = {}

@@ -13,6 +13,19 @@ import plotly.graph_objects as go
 
 PCT = 100.0
 
+RUN_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000", "#F0E442")
+"""One colour per run, in the order the runs are drawn (Okabe–Ito: distinguishable, also colour-blind): two runs
+never get two blues, and a run keeps its colour on every chart of a page."""
+
+VERDICT_COLORS = {"correct": "#2a9d8f", "wrong": "#e76f51", "no_answer": "#e9c46a", "timeout": "#8d99ae",
+                  "gold_unparsable": "#6d597a", "error": "#264653"}
+"""One colour per verdict (``prl.grading.verifier.VERDICTS``, tested equal), the same in every store and chart."""
+
+
+def run_colors(run_ids) -> dict[str, str]:
+    """``run_id → colour``, in the given order (cycling past eight runs)."""
+    return {r: RUN_COLORS[i % len(RUN_COLORS)] for i, r in enumerate(dict.fromkeys(map(str, run_ids)))}
+
 
 def _empty(title: str, message: str) -> go.Figure:
     fig = go.Figure()
@@ -30,12 +43,16 @@ def scores_by_dataset(df: pd.DataFrame, metric: str, title: str | None = None) -
     if d.empty:
         return _empty(title or metric, "no scores for the selected runs")
     fig = go.Figure()
+    colors = run_colors(d["run_id"])
+    ks = sorted(set(int(k) for k in d["k"])) if "k" in d else []
     for run_id, g in d.groupby("run_id", sort=False):
-        fig.add_bar(name=str(run_id), x=g["dataset"], y=g["value"] * PCT,
+        name = str(run_id) if len(ks) <= 1 else f"{run_id} ({metric}@{int(g['k'].iloc[0])})"
+        fig.add_bar(name=name, x=g["dataset"], y=g["value"] * PCT, marker_color=colors[str(run_id)],
                     error_y={"type": "data", "symmetric": False, "array": (g["hi"] - g["value"]) * PCT,
                              "arrayminus": (g["value"] - g["lo"]) * PCT})
-    k = int(d["k"].iloc[0]) if "k" in d else None
-    fig.update_layout(barmode="group", title=title or f"{metric}@{k} by data set (95% bootstrap CI)",
+    shown = (f"{metric}@{ks[0]}" if len(ks) == 1 else "average@n (each run's own n)" if metric == "average"
+             else f"{metric}@k (k clipped to each run's n)")
+    fig.update_layout(barmode="group", title=title or f"{shown} by data set (95% bootstrap CI)",
                       yaxis_title="%", xaxis_title="data set", legend_title="run")
     return fig
 
@@ -45,8 +62,10 @@ def pass_at_k_curve(df: pd.DataFrame) -> go.Figure:
     if df.empty:
         return _empty("pass@k", "no samples for the selected runs")
     fig = go.Figure()
+    colors = run_colors(df["run_id"])
     for run_id, g in df.groupby("run_id", sort=False):
-        fig.add_scatter(name=str(run_id), x=g["k"], y=g["value"] * PCT, mode="lines+markers")
+        fig.add_scatter(name=str(run_id), x=g["k"], y=g["value"] * PCT, mode="lines+markers",
+                        line={"color": colors[str(run_id)]})
     fig.update_layout(title="pass@k over k (micro, unbiased estimator)", xaxis_title="k", yaxis_title="%",
                       xaxis={"dtick": 1}, legend_title="run")
     return fig
@@ -100,51 +119,79 @@ def success_scatter(df: pd.DataFrame, run_a: str, run_b: str) -> go.Figure:
 
 
 def verdict_bars(df: pd.DataFrame) -> go.Figure:
-    """Samples per verdict, stacked, per (run, data set). df: run_id, dataset, verdict, samples."""
+    """The share of each verdict among the samples of each (run, data set), stacked to 100 %, so that a data set of
+    1,600 samples and one of 40 read alike; the counts are in the hover. df: run_id, dataset, verdict, samples."""
     if df.empty:
         return _empty("verdicts", "no samples for the selected runs")
     df = df.assign(group=df["run_id"].astype(str) + " · " + df["dataset"].astype(str))
+    totals = df.groupby("group")["samples"].transform("sum")
+    df = df.assign(share=df["samples"] / totals * PCT, total=totals)
+    groups = list(dict.fromkeys(df["group"]))
     fig = go.Figure()
-    for verdict, g in df.groupby("verdict"):
-        fig.add_bar(name=str(verdict), x=g["group"], y=g["samples"])
-    fig.update_layout(barmode="stack", title="samples by verdict", yaxis_title="samples", xaxis_title="run · data set")
+    order = [v for v in VERDICT_COLORS if v in set(df["verdict"])] + sorted(set(df["verdict"]) - set(VERDICT_COLORS))
+    for verdict in order:
+        g = df[df["verdict"] == verdict]
+        fig.add_bar(name=str(verdict), x=g["group"], y=g["share"], marker_color=VERDICT_COLORS.get(verdict, "#999999"),
+                    customdata=list(zip(g["samples"], g["total"])),
+                    hovertemplate="%{x}<br>" + str(verdict) + ": %{y:.1f}% (%{customdata[0]} of %{customdata[1]})"
+                                  "<extra></extra>")
+    fig.update_layout(barmode="stack", title="verdicts: share of each (run, data set)'s samples", yaxis_title="% of samples",
+                      xaxis_title="run · data set", yaxis={"range": [0, 100]},
+                      xaxis={"categoryorder": "array", "categoryarray": groups})
     return fig
 
 
-def training_curves(metrics: pd.DataFrame, name: str, evals: pd.DataFrame | None = None) -> go.Figure:
-    """One training metric over steps, one line per run; evaluation points (average score) as markers
-    on a second axis when ``name`` is a reward/accuracy metric. metrics: run_id, step, name, value."""
+def training_curves(metrics: pd.DataFrame, name: str, evals: pd.DataFrame | None = None,
+                    colors: dict[str, str] | None = None) -> go.Figure:
+    """One training metric over steps, one line per run (its colour from ``colors``, else :func:`run_colors`);
+    evaluation points (average score per data set) as markers of the same colour when ``name`` is a
+    reward/accuracy metric. metrics: run_id, step, name, value."""
     d = metrics[metrics["name"] == name]
     if d.empty:
         return _empty(name, f"no '{name}' values for the selected runs")
+    colors = colors or run_colors(metrics["run_id"])
     fig = go.Figure()
     for run_id, g in d.groupby("run_id", sort=False):
-        fig.add_scatter(name=str(run_id), x=g["step"], y=g["value"], mode="lines")
+        fig.add_scatter(name=str(run_id), x=g["step"], y=g["value"], mode="lines",
+                        line={"color": colors.get(str(run_id))})
     if evals is not None and not evals.empty and name.startswith("reward"):
-        for (run_id, dataset), g in evals.groupby(["run_id", "dataset"]):
+        symbols = ("diamond", "square", "triangle-up", "circle", "x", "star")
+        for i, ((run_id, dataset), g) in enumerate(evals.groupby(["run_id", "dataset"])):
             fig.add_scatter(name=f"{run_id} eval {dataset}", x=g["step"], y=g["average"], mode="markers",
-                            marker={"size": 10, "symbol": "diamond"})
+                            marker={"size": 10, "symbol": symbols[i % len(symbols)], "color": colors.get(str(run_id)),
+                                    "line": {"width": 1, "color": "white"}})
     fig.update_layout(title=name, xaxis_title="step", yaxis_title=name, legend_title="run")
     return fig
 
 
 def segment_weights(tokens: list[str], segments: pd.DataFrame) -> go.Figure:
-    """A response's segments as a bar of token spans coloured by ρ (blue < 0 < red), hover shows S.
+    """Where the weight went in one response: a bar per segment (top to bottom in the order of the response),
+    labelled by the segment's own text, of length ρ and coloured by ρ on a diverging scale (blue < 0 < red) with
+    a ρ colour bar; the hover shows the token span, S (the KL to go at its boundary) and the text.
 
-    segments: start_tok, end_tok, kl_to_go, rho (one response).
+    segments: start_tok, end_tok, kl_to_go, rho (one response); tokens: the decoded text of each token.
     """
     if segments.empty:
         return _empty("segments", "no segments stored for this rollout")
-    vmax = max(1e-9, float(segments["rho"].abs().max()))
-    fig = go.Figure()
-    for s in segments.itertuples(index=False):
+    segs = segments.sort_values("start_tok")
+    vmax = max(1e-9, float(segs["rho"].abs().max()))
+    labels, hovers = [], []
+    for i, s in enumerate(segs.itertuples(index=False)):
         text = "".join(tokens[s.start_tok: s.end_tok + 1])
-        fig.add_bar(x=[s.end_tok - s.start_tok + 1], y=["response"], base=[s.start_tok], orientation="h",
-                    marker={"color": [s.rho], "colorscale": "RdBu_r", "cmin": -vmax, "cmax": vmax},
-                    hovertext=[f"tokens {s.start_tok}-{s.end_tok}: ρ={s.rho:+.3f}, S={s.kl_to_go:.3f}<br>"
-                               + _hover_safe(text)], hoverinfo="text", showlegend=False)
-    fig.update_layout(title="segments by ρ (blue: negative, red: positive)", xaxis_title="token", barmode="overlay",
-                      height=220)
+        short = " ".join(text.split())
+        short = short if len(short) <= 40 else short[:39] + "…"
+        labels.append(f"{i}: {_hover_safe(short or '(blank)', 60)}")
+        hovers.append(f"segment {i}, tokens {s.start_tok}–{s.end_tok}<br>ρ = {s.rho:+.3f}, S = {s.kl_to_go:.3f}<br>"
+                      + _hover_safe(text, 300))
+    fig = go.Figure(go.Bar(
+        x=segs["rho"], y=labels, orientation="h", hovertext=hovers, hoverinfo="text",
+        marker={"color": segs["rho"], "colorscale": "RdBu_r", "cmin": -vmax, "cmax": vmax,
+                "colorbar": {"title": {"text": "ρ"}, "thickness": 12}}))
+    fig.add_vline(x=0, line_color="gray")
+    fig.update_layout(title="segments by ρ (the weight of each step in the advantage)", xaxis_title="ρ",
+                      yaxis={"autorange": "reversed", "type": "category", "automargin": True},
+                      height=min(1600, 200 + 28 * len(segs)), margin={"l": 10, "t": 50, "b": 50},
+                      bargap=0.25)
     return fig
 
 

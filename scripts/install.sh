@@ -42,7 +42,8 @@ fi
 
 # The dashboard's real-browser test drives Debian's Chromium with its ChromeDriver (Selenium, no
 # browser download). Installed when missing and this is a root shell with apt (CI, containers);
-# elsewhere that one test is skipped with a message saying so.
+# elsewhere that one test is skipped with a message saying so, except with PRL_REQUIRE_BROWSER set (.ci/run):
+# then a browser that cannot be installed fails the install.
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "[install] chromium + chromium-driver (Debian packages) for the dashboard's browser test"
@@ -52,6 +53,10 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
       || echo "[install] warning: could not install chromium; the browser test will be skipped"
   else
     echo "[install] note: chromium/chromedriver not found; the dashboard's browser test will be skipped"
+  fi
+  if [ -n "${PRL_REQUIRE_BROWSER:-}" ] && { ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; }; then
+    echo "[install] PRL_REQUIRE_BROWSER is set (CI) and chromium/chromedriver could not be installed" >&2
+    exit 1
   fi
 fi
 

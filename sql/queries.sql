@@ -98,10 +98,22 @@ INSERT INTO train_rollouts BY NAME SELECT * FROM incoming_rows ON CONFLICT DO NO
 DELETE FROM train_rollouts WHERE run_id = $run_id AND step > $step;
 
 -- name: runs_full
+-- every run with what its samples hold: how many, the average score, the data sets, problems and samples per
+-- problem (min and max), and the kind of the run it derives from (an evaluation made during training points at
+-- its training run; a rescore at the run it re-verified)
+WITH per_problem AS (  -- one pass over the samples
+    SELECT run_id, dataset, count(*) AS n, sum(score) AS score FROM samples GROUP BY run_id, dataset, problem_id),
+per_run AS (
+    SELECT run_id, sum(n) AS samples, sum(score) / sum(n) AS average, count(*) AS problems, min(n) AS n_min,
+           max(n) AS n_max, string_agg(DISTINCT dataset, ', ' ORDER BY dataset) AS datasets
+    FROM per_problem GROUP BY run_id)
 SELECT r.run_id, r.kind, r.model, r.created_at, r.status, r.config, r.manifest, r.parent_run_id, r.train_step,
-       (SELECT count(*) FROM samples s WHERE s.run_id = r.run_id) AS samples,
-       (SELECT avg(s.score) FROM samples s WHERE s.run_id = r.run_id) AS average
-FROM runs r ORDER BY r.created_at, r.run_id;
+       coalesce(s.samples, 0) AS samples, s.average, s.datasets, s.problems, s.n_min, s.n_max,
+       parent.kind AS parent_kind, parent.parent_run_id AS grandparent_run_id, parent.train_step AS parent_train_step
+FROM runs r
+LEFT JOIN per_run s ON s.run_id = r.run_id
+LEFT JOIN runs parent ON parent.run_id = r.parent_run_id
+ORDER BY r.created_at, r.run_id;
 
 -- name: problem_row
 SELECT dataset, problem_id, problem, gold, gold_normalized, meta FROM problems
@@ -113,7 +125,9 @@ SELECT dataset, problem_id, count(DISTINCT run_id) AS runs, avg(score) AS averag
 WHERE list_contains($run_ids, run_id) GROUP BY dataset, problem_id ORDER BY dataset, problem_id;
 
 -- name: samples_for_problem
-SELECT run_id, sample_idx, verdict, extracted_answer, n_tokens, finish_reason, relevance, answer_only, response
+-- with the source's own label, extraction and row where the run was imported (NULL elsewhere)
+SELECT run_id, sample_idx, verdict, extracted_answer, n_tokens, finish_reason, relevance, answer_only,
+       source_label, source_answer, source_ref, verdict_detail, response
 FROM samples WHERE dataset = $dataset AND problem_id = $problem_id AND list_contains($run_ids, run_id)
 ORDER BY run_id, sample_idx;
 
@@ -130,6 +144,41 @@ LIMIT $limit;
 SELECT run_id, dataset, problem_id, sample_idx, relevance, answer_only, best_fit, extracted_answer, n_tokens, response
 FROM suspicious_passes WHERE list_contains($run_ids, run_id)
 ORDER BY answer_only DESC, coalesce(best_fit <> problem_id, false) DESC, relevance NULLS LAST, run_id, dataset, problem_id, sample_idx LIMIT $limit;
+
+-- name: suspicious_case
+-- one listed sample with what the Failures page's case view shows beside it: the problem asked and its gold and
+-- the verdict's fields (no row: the sample is not a suspicious pass). The rules that list it are computed from
+-- relevance, answer_only and best_fit by prl.grading.relevance.flagged_by (the view's flagged_by column is the
+-- same; reading the signals keeps stores whose view predates that column readable)
+SELECT v.run_id, v.dataset, v.problem_id, v.sample_idx, v.relevance, v.answer_only, v.best_fit, v.extracted_answer,
+       v.n_tokens, v.response, s.verdict, s.score, s.source_answer, s.source_label,
+       p.problem, p.gold, p.gold_normalized
+FROM suspicious_passes v
+JOIN samples s USING (run_id, dataset, problem_id, sample_idx)
+LEFT JOIN problems p ON p.dataset = v.dataset AND p.problem_id = v.problem_id
+WHERE v.run_id = $run_id AND v.dataset = $dataset AND v.problem_id = $problem_id AND v.sample_idx = $sample_idx;
+
+-- name: has_judgements
+-- whether the store has the judgements table (stores written before it existed gain it with their next write)
+SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = 'judgements';
+
+-- name: judgements_for_runs
+SELECT run_id, dataset, problem_id, sample_idx, judgement, flagged_by, note, judged_at FROM judgements
+WHERE list_contains($run_ids, run_id) ORDER BY run_id, dataset, problem_id, sample_idx;
+
+-- name: set_judgement
+-- the one write of the dashboard (through prl.store.db.Store.set_judgement, which checks the sample is listed)
+INSERT INTO judgements (run_id, dataset, problem_id, sample_idx, judgement, flagged_by, note)
+VALUES ($run_id, $dataset, $problem_id, $sample_idx, $judgement, $flagged_by, $note)
+ON CONFLICT (run_id, dataset, problem_id, sample_idx) DO UPDATE
+SET judgement = excluded.judgement, flagged_by = excluded.flagged_by, note = excluded.note, judged_at = now();
+
+-- name: suspicious_pass_exists
+SELECT count(*) FROM suspicious_passes
+WHERE run_id = $run_id AND dataset = $dataset AND problem_id = $problem_id AND sample_idx = $sample_idx;
+
+-- name: clear_judgement
+DELETE FROM judgements WHERE run_id = $run_id AND dataset = $dataset AND problem_id = $problem_id AND sample_idx = $sample_idx;
 
 -- name: train_metrics_for_runs
 SELECT run_id, step, name, value FROM train_metrics WHERE list_contains($run_ids, run_id) ORDER BY run_id, name, step;

@@ -131,10 +131,30 @@ GROUP BY run_id, dataset;
 
 -- Correct samples whose reasoning is about another problem (the paper's Appendix-C case: right answer,
 -- reasoning that fits another problem of the benchmark better, or hardly refers to this one) or that give
--- only an answer. The rule: prl.grading.relevance.is_suspicious_pass (threshold SUSPICIOUS_BELOW).
+-- only an answer. The rules: prl.grading.relevance.SUSPICION_RULES (flagged_by names the ones that hold, in
+-- that order; prl.grading.relevance.flagged_by is the same in Python, threshold SUSPICIOUS_BELOW).
 CREATE OR REPLACE VIEW suspicious_passes AS
 SELECT s.run_id, s.dataset, s.problem_id, s.sample_idx, s.relevance, s.answer_only, s.best_fit,
-       s.extracted_answer, s.n_tokens, s.response
+       s.extracted_answer, s.n_tokens, s.response,
+       concat_ws(', ', CASE WHEN s.answer_only THEN 'answer_only' END,
+                       CASE WHEN s.best_fit <> s.problem_id THEN 'fits_another' END,
+                       CASE WHEN s.best_fit IS NULL AND s.relevance < 0.15 THEN 'low_relevance' END) AS flagged_by
 FROM samples s
 WHERE s.verdict = 'correct'
   AND (s.answer_only OR s.best_fit <> s.problem_id OR (s.best_fit IS NULL AND s.relevance < 0.15));
+
+-- A researcher's reading of a suspicious pass (the Failures page's case view): the response is about its own
+-- problem after all ('not_suspicious', a false flag) or it is the Appendix-C case / answer only ('confirmed';
+-- the values: prl.grading.relevance.JUDGEMENTS). One row per sample, the latest judgement; the samples are never
+-- changed. Written only by prl.store.db.Store.set_judgement (named queries set_judgement / clear_judgement).
+CREATE TABLE IF NOT EXISTS judgements (
+    run_id      VARCHAR NOT NULL,
+    dataset     VARCHAR NOT NULL,
+    problem_id  VARCHAR NOT NULL,
+    sample_idx  INTEGER NOT NULL,
+    judgement   VARCHAR NOT NULL CHECK (judgement IN ('not_suspicious', 'confirmed')),
+    flagged_by  VARCHAR,                     -- the suspicious_passes rules that listed the sample when it was judged
+    note        VARCHAR,
+    judged_at   TIMESTAMP NOT NULL DEFAULT current_timestamp,
+    PRIMARY KEY (run_id, dataset, problem_id, sample_idx)
+);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from prl.data.datasets import Problem
 from prl.store.db import Store
@@ -126,4 +127,28 @@ def add_study(db) -> str:
         store.insert_rows("train_metrics", [{"run_id": train, "step": step, "name": name, "value": v}
                                                    for step in (1, 2)
                                                    for name, v in (("reward/mean", 0.1 * step), ("kl/ref", 0.01 * step))])
+    return str(db)
+
+
+# ─── a store of one real import, for the Appendix-C case view and the judgement write ──────────────
+
+R1ZERO = Path(__file__).resolve().parent / "data" / "external" / "jsonl-qwen2.5-math-1.5b-r1zero" / "results.jsonl"
+R1ZERO_LINES = (1, 6, 178, 470)
+"""Lines of the R1-Zero MATH-500 file (tests/data/external): 6 prealgebra/1622 and 470 algebra/435 are listed by
+fits_another (both read as false flags, bench/suspicious_readings.csv), 178 geometry/65 by answer_only ('Find OE'),
+1 is listed by nothing."""
+R1ZERO_RUN = "r1zero-part"
+
+
+def import_r1zero_part(db) -> str:
+    """Import those lines with ``prl import``'s code (verified by our verifier) into the store ``db``; returns it."""
+    from prl.imports.run import ImportConfig, run_import
+
+    lines = R1ZERO.read_text(encoding="utf-8").splitlines()
+    part = Path(str(db)).with_name("r1zero_part.jsonl")
+    part.write_text("\n".join(lines[i - 1] for i in R1ZERO_LINES) + "\n", encoding="utf-8")
+    run_import(ImportConfig(files=(str(part),), dataset="math500", db=str(db), run_id=R1ZERO_RUN, format="json",
+                            fields="problem=prompt,response=response,label=metrics.answer_reward,gold=ground_truth",
+                            verify_timeout_s=30),  # a loaded machine must not turn a listed pass into a timeout
+               progress=False, log=lambda *_: None)
     return str(db)

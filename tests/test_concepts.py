@@ -2,7 +2,10 @@
 it here, on given rows.
 
     verdict names       prl.grading.verifier.VERDICTS        ← sql/schema.sql CHECK, eval manifest, Failures page
-    suspicious pass     prl.grading.relevance (rule, 0.15)   ← sql/schema.sql view, Failures page caption
+    suspicious pass     prl.grading.relevance (SUSPICION_RULES, flagged_by, 0.15)
+                                                             ← sql/schema.sql view (flagged_by), Failures page caption,
+                                                               prl report
+    judgement values    prl.grading.relevance.JUDGEMENTS     ← sql/schema.sql CHECK on judgements, Failures page
     shows its working   prl.data.synthetic.shows_working     ← sql/queries.sql answer_styles_for_run
     default store path  prl.store.db.DEFAULT_STORE           ← EvalConfig, TrainConfig, the CLI, the dashboard
     OUT_DIR store path  prl.store.db.store_path              ← the demo (PipelineConfig), a study (StudySettings)
@@ -28,7 +31,7 @@ from prl.evaluation.config import EvalConfig
 from prl.evaluation.report import run_scores
 from prl.evaluation.stages import eval_manifest
 from prl.generation.prompts import prompt_record
-from prl.grading.relevance import SUSPICIOUS_BELOW, is_suspicious_pass
+from prl.grading.relevance import JUDGEMENTS, RULE_NAMES, SUSPICION_RULES, SUSPICIOUS_BELOW, flagged_by, is_suspicious_pass
 from prl.grading.verifier import VERDICTS
 from prl.manifest import MANIFEST_KEYS
 from prl.store.db import DEFAULT_STORE, Store, sql_dir
@@ -69,23 +72,56 @@ def test_the_failures_page_lists_every_verdict_but_correct():
 # ─── suspicious pass ───────────────────────────────────────────────────────────────────────────
 
 def test_the_suspicious_pass_view_is_the_python_rule(store):
-    rows, want = [], set()
+    rows, want = [], {}
     grid = [(v, rel, only, other) for v in ("correct", "wrong") for rel in (None, 0.0, SUSPICIOUS_BELOW - 1e-9,
             SUSPICIOUS_BELOW, 0.5) for only in (False, True) for other in (None, "own", "d/x")]
     for i, (verdict, rel, only, other) in enumerate(grid):
         best = f"d/{i}" if other == "own" else other
         rows.append(_sample("r", f"d/{i}", 0, verdict, relevance=rel, answer_only=only, best_fit=best))
         if is_suspicious_pass(verdict, rel, only, best, f"d/{i}"):
-            want.add(f"d/{i}")
+            want[f"d/{i}"] = ", ".join(flagged_by(verdict, rel, only, best, f"d/{i}"))
     store.insert_samples(rows)
     with store.read() as con:
-        got = {pid for pid, in con.execute("select problem_id from suspicious_passes where run_id = 'r'").fetchall()}
+        got = dict(con.execute("select problem_id, flagged_by from suspicious_passes where run_id = 'r'").fetchall())
     assert got == want and 0 < len(want) < len(grid)
+    assert {r for v in want.values() for r in v.split(", ")} == set(RULE_NAMES)  # every rule fires somewhere
 
 
-def test_the_failures_page_caption_uses_the_threshold():
+def _view_sql() -> str:
+    text = (sql_dir() / "schema.sql").read_text()
+    return text[text.index("CREATE OR REPLACE VIEW suspicious_passes"):].split(";")[0]
+
+
+def test_the_view_names_the_rules_of_the_home_in_order():
+    assert tuple(re.findall(r"THEN '(\w+)' END", _view_sql())) == RULE_NAMES
+    assert re.findall(r"relevance < ([\d.]+)", _view_sql()) == [str(SUSPICIOUS_BELOW)] * 2
+
+
+def test_the_failures_page_and_the_report_state_every_rule_from_the_home(store):
+    from prl.evaluation.report import render_suspicious
+
     text = (ROOT / "dashboard" / "pages" / "failures.py").read_text()
-    assert "SUSPICIOUS_BELOW" in text and "0.15" not in text
+    assert "SUSPICION_RULES" in text and "JUDGEMENTS" in text
+    constants = {n.value for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Constant)}
+    assert not constants & {*JUDGEMENTS, "fits_another", "low_relevance", 0.15, 2.5, 3.5}  # nothing restated
+    assert not re.search(r"0\.15|\b[23]\.5\b", text)
+    store.insert_samples([_sample("r", "d/1", 0, "correct", relevance=0.9, answer_only=False, best_fit="d/2")])
+    report = render_suspicious(store, "r")
+    assert all(f"rule {r.name}: {r.says}" in report for r in SUSPICION_RULES)
+    assert "d/1 sample 0: fits_another (d/2)" in report
+
+
+def test_the_judgements_table_takes_exactly_the_judgement_values(store):
+    check = re.search(r"judgement\s+VARCHAR NOT NULL CHECK \(judgement IN \(([^)]*)\)\)", (sql_dir() / "schema.sql").read_text())
+    assert tuple(v.strip().strip("'") for v in check.group(1).split(",")) == JUDGEMENTS
+    store.insert_samples([_sample("r", "d/1", 0, "correct", relevance=0.9, answer_only=True, best_fit="d/1")])
+    for j in JUDGEMENTS:
+        store.set_judgement("r", "d", "d/1", 0, j)
+        assert store.rows("judgements_for_runs", run_ids=["r"])[0][4] == j
+    from prl.store.db import StoreError
+
+    with pytest.raises(StoreError, match="'maybe' is not one the judgements table takes"):
+        store.set_judgement("r", "d", "d/1", 0, "maybe")
 
 
 # ─── shows its working ─────────────────────────────────────────────────────────────────────────

@@ -95,10 +95,12 @@ def test_eval_on_smollm2_then_the_problem_page_shows_its_samples(smollm2_dir, tm
     at.query_params["dataset"], at.query_params["problem_id"], at.query_params["runs"] = dataset, problem_id, "smol"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    shown = [t.value for t in at.text]
+    from dashboard.math_text import to_markdown
+
+    shown = [m.value for m in at.markdown]
     for r in rows:
         if (r[0], r[1]) == (dataset, problem_id):
-            assert r[5] in shown  # each of the problem's responses, as text
+            assert to_markdown(r[5]) in shown  # each of the problem's responses, its math typeset
 
 
 def test_two_prl_steps_on_smollm2_move_the_weights_and_vllm_samples_from_them(smollm2_dir, tmp_path, cli_env):

@@ -104,3 +104,70 @@ def test_parts_of_one_context_never_count_against_each_other():
     divisors = "3600 = 2^4 * 3^2 * 5^2, so the number of positive divisors of 3600 is 5 * 3 * 3 = 45. \\boxed{45}"
     assert index.best_fit("d/a", divisors) == "d/c"
     assert index.best_fit("d/x", divisors) is None  # not in the index: not computed
+
+
+# ─── real responses: notation, answer tags, the false flag of issue 29 ──────────────────────────
+
+def test_math_notation_and_its_plain_text_are_the_same_tokens():
+    from prl.grading.relevance import fit_grams, fit_tokens
+
+    assert fit_tokens(r"\frac{\sec x}{\sin x}") == fit_tokens("sec x / sin x") == ["sec", "x", "sin", "x"]
+    assert fit_tokens(r"\cos \left( \frac{2 \pi}{15} \right)") == fit_tokens("cos(2π/15)") == ["cos", "2", "pi", "15"]
+    assert fit_tokens(r"$18^\circ$") == fit_tokens("18°") == fit_tokens("18 degrees") == ["18", "circ"]
+    assert "to each other" not in fit_grams("we want the terms to each other")  # function words alone: no evidence
+    assert "want the terms" in fit_grams("we want the terms to each other")
+
+
+def test_an_answer_tag_and_markup_are_not_reasoning():
+    r1zero = "Find OE</think> <answer>$30^{\\circ}$</answer>"  # a real R1-Zero response (MATH-500 geometry/65)
+    assert reasoning_part(r1zero).split() == ["Find", "OE"]
+    assert answer_only(r1zero)
+    assert not answer_only("We use AM-GM on the four terms, equality when all are equal. </think> <answer>16</answer>")
+    assert reasoning_part(r"x \boxed{2} <answer>3</answer>") == "x   3 "  # a box wins over the tag (the verifier's order)
+
+
+def _ds7b_response(problem_marker: str) -> str:
+    import pandas as pd
+    from pathlib import Path
+
+    path = next((Path(__file__).parent / "data" / "external" / "lighteval-deepseek-r1-distill-qwen-7b")
+                .glob("details_*.parquet"))
+    rows = pd.read_parquet(path, columns=["example", "predictions"])
+    [hit] = [p[0] for e, p in zip(rows["example"], rows["predictions"]) if problem_marker in e]
+    return hit
+
+
+def test_the_false_flag_of_issue_29_long_reasoning_in_plain_text_fits_its_own_problem():
+    """DeepSeek-R1-Distill-Qwen-7B on MATH-500 precalculus/826 (tests/data/external, gtxygyzb/Saturn-code), a
+    6,113-character derivation of the product of cosines that writes cos(2π/15) where the problem writes
+    ``\\cos \\left( \\frac{2 \\pi}{15} \\right)``: the rule once listed it as fitting algebra/1343 better."""
+    from prl.grading.relevance import FIT_MARGIN, fit_index
+
+    response = _ds7b_response(r"\cos \left( \frac{2 \pi}{15} \right)")
+    index = fit_index("math500")
+    asked = "math500/test/precalculus/826.json"
+    case = index.fit_case(asked, response)
+    assert case.best_fit == asked == index.best_fit(asked, response)
+    assert case.rival_fit < case.own_fit  # the asked problem now fits best outright, not just within the margin
+    assert not is_suspicious_pass("correct", relevance(index.problem(asked).problem, response), answer_only(response),
+                                  case.best_fit, asked)
+    # the same real reasoning given to another problem is the Appendix-C case, and is listed
+    other = "math500/test/algebra/1343.json"
+    swapped = index.fit_case(other, response)
+    assert swapped.best_fit == asked and swapped.rival_fit > swapped.own_fit * (1 + FIT_MARGIN)
+
+
+def test_fit_case_explains_best_fit():
+    from prl.data.datasets import Problem
+    from prl.grading.relevance import FitIndex
+
+    ps = [Problem("d", "d/1", "Compute the number of positive divisors of 3600.", "45", ""),
+          Problem("d", "d/2", "A train travels 120 kilometres in 2 hours. Find its speed.", "60", ""),
+          Problem("d", "d/3", "Find the area of a rectangle with sides 6 and 10.", "60", "")]
+    index = FitIndex(ps)
+    rect = r"The rectangle with sides 6 and 10 has area 6 * 10 = 60. \boxed{60}"
+    case = index.fit_case("d/2", rect)
+    assert (case.asked, case.rival, case.best_fit) == ("d/2", "d/3", "d/3") and case.ratio is None  # nothing of d/2
+    own = index.fit_case("d/3", rect)
+    assert own.best_fit == "d/3" and own.own_fit > 0 and own.rival_fit < own.own_fit
+    assert index.problem("d/3").gold_normalized == "60" and index.problem("d/9") is None and index.fit_case("d/9", rect) is None

@@ -1,5 +1,6 @@
-"""Compare: two runs → per-data-set deltas with paired CIs, the success-set diff (gained, lost, both,
-neither) with click-through to a problem, and a scatter of per-problem success rates."""
+"""Compare: two runs of any kind with samples (evaluations, evaluations during training, imports, rescores)
+→ per-data-set deltas with paired CIs, the success-set diff (gained, lost, both, neither) with
+click-through to a problem, and a scatter of per-problem success rates. Deep link: ``?a=RUN&b=RUN``."""
 
 import sys
 from pathlib import Path
@@ -15,17 +16,36 @@ from prl.evaluation.report import ReportError  # noqa: E402
 st.title("Compare two runs")
 
 
+def default_pair(runs) -> tuple[str, str]:
+    """B: the newest run; A: the newest other run sharing a data set with it (else the one before it)."""
+    ids = runs["run_id"].tolist()
+    b = ids[-1]
+    sets = {r.run_id: set(str(r.datasets or "").split(", ")) for r in runs.itertuples(index=False)}
+    a = next((r for r in reversed(ids[:-1]) if sets[r] & sets[b]), ids[-2])
+    return a, b
+
+
 def body() -> None:
     df = ui.all_runs()
     if df is None:
         return
-    choices = df[(df["kind"] == "eval") & (df["samples"] > 0)]["run_id"].tolist()
+    with_samples = ui.runs_with_samples(df)
+    choices = with_samples["run_id"].tolist()
     if len(choices) < 2:
-        st.info("Comparing needs two evaluation runs with samples.")
+        st.info("Comparing needs two runs with samples (evaluations, imports or rescores).")
         return
+    labels = ui.run_labels(with_samples)
+    a_default, b_default = default_pair(with_samples)
+    q = st.query_params  # deep links: ?a=RUN&b=RUN
+    a_default = q.get("a") if q.get("a") in choices else a_default
+    b_default = q.get("b") if q.get("b") in choices else b_default
     c1, c2 = st.columns(2)
-    run_a = c1.selectbox("A (baseline)", choices, index=max(0, len(choices) - 2), key=ui.key("compare", "run_a"))
-    run_b = c2.selectbox("B", choices, index=len(choices) - 1, key=ui.key("compare", "run_b"))
+    run_a = c1.selectbox("A (baseline)", choices, index=choices.index(a_default), key=ui.key("compare", "run_a"),
+                         format_func=lambda r: labels.get(r, r))
+    run_b = c2.selectbox("B", choices, index=choices.index(b_default), key=ui.key("compare", "run_b"),
+                         format_func=lambda r: labels.get(r, r))
+    for col, run_id in ((c1, run_a), (c2, run_b)):
+        col.caption(ui.describe_run(with_samples, run_id))
     if run_a == run_b:
         st.info("Choose two different runs.")
         return

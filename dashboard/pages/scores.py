@@ -18,7 +18,17 @@ def body() -> None:
     run_ids = ui.pick_eval_runs(key="scores_runs")
     if not run_ids:
         return
-    k = st.number_input("k for pass@k", min_value=1, max_value=64, value=8, step=1, key=ui.key("scores", "k"))
+    ns = ui.sample_counts(ui.db(), run_ids)  # run → the fewest samples any of its problems has
+    if not ns:
+        st.info("The selected runs have no samples yet.")
+        return
+    top = max(ns.values())
+    k = st.number_input(f"k for pass@k (1 to {top}: the most samples per problem of the selected runs)", min_value=1,
+                        max_value=top, value=min(8, top), step=1, key=ui.key("scores", "k", top))
+    clipped = {r: n for r, n in ns.items() if n < k}
+    if clipped:
+        st.caption(f"pass@{int(k)} needs {int(k)} samples per problem: "
+                   + ", ".join(f"{ui.label_text(r)} has {n}, so it shows pass@{n}" for r, n in clipped.items()) + ".")
     per_ds, agg = ui.scores(ui.db(), run_ids, int(k))
     if per_ds.empty:
         st.info("The selected runs have no samples yet.")

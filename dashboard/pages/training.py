@@ -1,5 +1,7 @@
-"""Training: curves of the training metrics per run with several runs overlaid and evaluation
-points on the same step axis; the inspected rollouts of a step with their segments shaded by rho."""
+"""Training: curves of the training metrics per run with several runs overlaid (one distinct colour
+per run, its evaluation points in the same colour) on the same step axis; the inspected rollouts of a
+step with each segment's text and its ρ. Deep link: ``?run=…&step=…`` (the Runs page links evaluations
+made during training here)."""
 
 import sys
 from pathlib import Path
@@ -8,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import streamlit as st  # noqa: E402
 
-from dashboard import charts, ui  # noqa: E402
+from dashboard import charts, data, ui  # noqa: E402
 
 import json  # noqa: E402
 
@@ -27,9 +29,10 @@ def curves(run_ids: list[str], shown: list[str], live: bool) -> None:
     def draw() -> None:
         metrics = ui.train_metrics(ui.db(), run_ids)
         evals = ui.eval_points(ui.db(), run_ids)
+        colors = charts.run_colors(run_ids)
         cols = st.columns(2)
         for i, name in enumerate(shown):
-            cols[i % 2].plotly_chart(charts.training_curves(metrics, name, evals), width="stretch",
+            cols[i % 2].plotly_chart(charts.training_curves(metrics, name, evals, colors), width="stretch",
                                      key=ui.key("training", "curve", name, run_ids))
         if not evals.empty:
             st.subheader("Evaluations during training")
@@ -42,11 +45,19 @@ def body() -> None:
     df = ui.all_runs()
     if df is None:
         return
-    choices = df[df["kind"] == "train"]["run_id"].tolist()
+    choices = df[df["kind"] == data.TRAIN]["run_id"].tolist()
     if not choices:
         st.info("No training runs yet (`prl train --config …`).")
         return
-    run_ids = st.multiselect("training runs", choices, default=choices[-2:], key=ui.key("training", "runs"))
+    linked = st.query_params.get("run")
+    runs_key = ui.key("training", "runs")
+    if linked in choices and st.session_state.get(f"{runs_key}/linked") != linked:
+        st.session_state[runs_key] = list(dict.fromkeys([linked, *st.session_state.get(runs_key, [])]))
+        st.session_state[f"{runs_key}/linked"] = linked
+        st.session_state[ui.key("training", "rollout_run")] = linked
+    elif runs_key not in st.session_state:
+        st.session_state[runs_key] = choices[-2:]
+    run_ids = st.multiselect("training runs", choices, key=runs_key)
     if not run_ids:
         return
     metrics = ui.train_metrics(ui.db(), run_ids)
@@ -56,6 +67,7 @@ def body() -> None:
     names = sorted(metrics["name"].unique())
     shown = st.multiselect("metrics", names, default=[n for n in DEFAULT if n in names],
                            key=ui.key("training", "metrics"))
+    ui.math_toggle()
     live = st.toggle(f"follow the runs (redraw every {LIVE_S} s: new steps, and evaluation points as the "
                      "evaluate-checkpoint deployment stores them)", key=ui.key("training", "live"))
     curves(run_ids, shown, live)
@@ -65,7 +77,17 @@ def body() -> None:
     if not steps:
         st.info("No rollouts were stored for this run.")
         return
-    step = st.select_slider("step", steps, value=steps[-1], key=ui.key("training", "step", run_id))
+    step_key = ui.key("training", "step", run_id)
+    wanted = st.query_params.get("step")
+    if run_id == linked and wanted and wanted.isdigit() and st.session_state.get(f"{step_key}/linked") != wanted:
+        near = min(steps, key=lambda s: abs(s - int(wanted)))  # the inspected step nearest the linked one
+        st.session_state[step_key] = near
+        st.session_state[f"{step_key}/linked"] = wanted
+        if near != int(wanted):
+            st.caption(f"No rollouts were stored at step {wanted}; showing step {near}, the nearest.")
+    if st.session_state.get(step_key) not in steps:
+        st.session_state[step_key] = steps[-1]
+    step = st.select_slider("step", steps, key=step_key)
     ro, segs = ui.rollouts(ui.db(), run_id, step)
     for r in ro.itertuples(index=False):
         # keyed by run, step and rollout index: a model that repeats itself gives identical rollouts

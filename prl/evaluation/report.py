@@ -24,6 +24,7 @@ from prl_core.metrics import (aggregate_bootstrap_ci, average_at_k, bootstrap_ci
                               paired_bootstrap_diff, pass_at_k)
 
 from prl.data.paper import load_paper_tables, render_check
+from prl.grading.relevance import SUSPICION_RULES, flagged_by
 from prl.grading.verifier import equivalent_answers
 from prl.store.db import Store
 
@@ -218,16 +219,19 @@ def render_comparison(c: dict[str, Any], max_list: int = 20) -> str:
 
 
 def render_suspicious(store: Store, run_id: str, limit: int = 10) -> str:
+    """A run's suspicious passes (the ``suspicious_passes`` view), each with the rules that list it
+    (``prl.grading.relevance.flagged_by``) and the header stating every rule (``SUSPICION_RULES``)."""
     rows = store.records("suspicious_passes_for_run", run_id=run_id, limit=limit)
     if not rows:
-        return f"suspicious passes in {run_id}: none (correct samples all refer to their problem)"
-    out = [f"suspicious passes in {run_id} (correct answer, reasoning about another problem "
-           f"or hardly about this one; first {len(rows)}, least relevant first):"]
+        return f"suspicious passes in {run_id}: none (no correct sample is listed by any rule)"
+    out = [f"suspicious passes in {run_id} (correct verdict, listed by one of these rules; first {len(rows)}):"]
+    out += [f"  rule {rule.name}: {rule.says}" for rule in SUSPICION_RULES]
     for r in rows:
         pid, best = r["problem_id"], r["best_fit"]
-        why = ("answer only" if r["answer_only"] else
-               (f"fits {best} better" if best not in (None, pid) else f"relevance {r['relevance']:.2f}"))
-        out.append(f"  {pid} sample {r['sample_idx']}: {why}, answer {json.dumps(r['extracted_answer'])}, "
+        detail = {"answer_only": "answer_only", "fits_another": f"fits_another ({best})",
+                  "low_relevance": f"low_relevance ({r['relevance']:.2f})"}
+        why = ", ".join(detail[rule] for rule in flagged_by("correct", r["relevance"], r["answer_only"], best, pid))
+        out.append(f"  {pid} sample {r['sample_idx']}: {why}; answer {json.dumps(r['extracted_answer'])}, "
                    f"{r['n_tokens']} tokens")
     return "\n".join(out)
 

@@ -383,6 +383,32 @@ class Store:
             {"dataset": p.dataset, "problem_id": p.problem_id, "problem": p.problem, "gold": p.gold_raw,
              "gold_normalized": p.gold_normalized, "meta": p.meta} for p in problems))
 
+    def set_judgement(self, run_id: str, dataset: str, problem_id: str, sample_idx: int, judgement: str | None,
+                      *, flagged_by: str | None = None, note: str | None = None) -> None:
+        """Record a researcher's judgement of one suspicious pass (``judgement`` one of the ``judgements`` table's
+        CHECK values, ``prl.grading.relevance.JUDGEMENTS``), or withdraw it (``judgement=None``). The dashboard's
+        one write: a single short transaction through :meth:`write` (the store's lock and turnstile), which
+        first brings an older store's schema up to date (idempotent) and checks the sample is listed by the
+        ``suspicious_passes`` view; the samples are never touched. ``flagged_by``: the rules that listed it."""
+        import duckdb
+
+        key = {"run_id": run_id, "dataset": dataset, "problem_id": problem_id, "sample_idx": int(sample_idx)}
+        where = f"{run_id} {problem_id} sample {sample_idx}"
+        with self.write() as con:
+            con.execute(_schema_sql())
+            if not con.execute(self._sql("suspicious_pass_exists"), key).fetchall()[0][0]:
+                raise StoreError(f"{self.path}: {where} is not a suspicious pass in this store; only listed samples "
+                                 "are judged")
+            if judgement is None:
+                con.execute(self._sql("clear_judgement"), key)
+                return
+            try:
+                con.execute(self._sql("set_judgement"), {**key, "judgement": judgement, "flagged_by": flagged_by,
+                                                         "note": note})
+            except duckdb.ConstraintException:
+                raise StoreError(f"{self.path}: judgement of {where}: {judgement!r} is not one the judgements table "
+                                 "takes (sql/schema.sql)") from None
+
     def close(self) -> None:
         if self._mem is not None:
             self._mem.close()
