@@ -247,7 +247,7 @@ def test_small_study_end_to_end_killed_and_finished_by_a_rerun(tmp_path, warm_mo
     # exactly what the study file sets, plus the order PRL trains with by default (advantage_first, README)
     assert rep["config_differences"] == {"algorithm.estimator": {"grpo": "grpo", "prl": "prl"},
                                          "algorithm.eta": {"grpo": None, "prl": 10.0},
-                                         "algorithm.step_split": {"grpo": None, "prl": "text:\n\n"},
+                                         "algorithm.step_split": {"grpo": None, "prl": "text:\\n\\n"},
                                          "algorithm.order": {"grpo": None, "prl": "advantage_first"}}
     assert_only_plotly_scripts((tmp_path / "study" / "study_report.html").read_text(), [  # one η: no sweep chart
         "pass@k per cell (95% CI across seeds)", "Reward against KL to the reference over training (mean over seeds)"])
