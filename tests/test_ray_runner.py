@@ -21,7 +21,8 @@ from prl.store.db import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_RUNS = ("demo-eval-warm_start", "demo-eval-grpo", "demo-eval-prl")
-SAMPLE_VALUES = "run_id, dataset, problem_id, sample_idx, response, verdict, score, extracted, n_tokens"
+SAMPLE_VALUES = ("run_id, dataset, problem_id, sample_idx, response, extracted_answer, verdict, score, n_tokens, "
+                 "finish_reason, relevance, answer_only, best_fit, verdict_detail")
 
 
 def _env() -> dict[str, str]:
