@@ -26,6 +26,13 @@ sys.path.insert(0, str(HERE.parent))
 from common import machine_info, render_all, write_json  # noqa: E402
 from store import N, PROBLEMS, sample_table  # noqa: E402
 
+CODE = ("bench/dashboard.py", "bench/store.py", "dashboard", "prl/store", "sql/schema.sql", "sql/queries.sql",
+        "prl/evaluation/report.py", "prl/evaluation/agreement.py", "prl/studies/report.py", "prl/studies/charts.py",
+        "prl/data/paper.py", "prl/data/paper_tables.csv", "prl/grading/verifier.py", "prl/grading/relevance.py",
+        "prl_core/metrics.py")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
+
 PAGES = ["runs", "scores", "compare", "problem", "failures", "training", "sql"]
 TARGET_S = 1.0
 
@@ -98,7 +105,7 @@ def main() -> dict:
             print(f"  {page:<10} {s:6.3f} s  ({s / base_s:5.1f}x an empty page)  "
                   f"[target < 1 s: {'met' if s < TARGET_S else 'MISSED'}]")
     out = {"machine": machine_info(), "rows": rows, "repeats": args.repeats, "baseline_s": base_s, "pages": results}
-    write_json("dashboard", out)
+    write_json("dashboard", out, code=CODE)
     print("re-rendered " + ", ".join(p.name for p in render_all()))
     return out
 

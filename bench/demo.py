@@ -27,7 +27,12 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from common import render_all  # noqa: E402
+from common import render_all, write_json  # noqa: E402
+
+CODE = ("bench/demo.py", "prl", "prl_core", "flows", "prl_cli", "dashboard", "sql", "configs", "scripts",
+        "pyproject.toml")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
 
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
 
@@ -62,7 +67,7 @@ def main() -> int:
     result = json.loads((out / "demo_result.json").read_text())
     failed = check(result)
     result["checks"] = {"passed": not failed, "problems": failed}
-    (HERE / "results" / "demo.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_json("demo", result, code=CODE)
     render_all()
     print(f"[demo] {result['seconds']:.0f} s; checks {'passed' if not failed else 'FAILED: ' + '; '.join(failed)}; "
           "bench/results/demo.json written", file=sys.stderr)

@@ -38,6 +38,11 @@ from prl.imports.run import ImportConfig, run_import  # noqa: E402
 from prl.store.db import Store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+
+CODE = ("bench/external.py", "prl/imports", "prl/grading", "prl/evaluation/agreement.py", "prl/data/datasets.py",
+        "prl/data/benchmarks", "prl/store", "sql/schema.sql", "sql/queries.sql", "tests/data/external")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
 EXT = ROOT / "tests" / "data" / "external"
 
 SETS = {
@@ -122,7 +127,7 @@ def main() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "external.duckdb"
         results = {"machine": machine_info(), "sets": {name: measure(name, db) for name in SETS}}
-    write_json("external", results)
+    write_json("external", results, code=CODE)
     for name, r in results["sets"].items():
         print(f"{name}: ours {r['ours_accuracy']:.4f} theirs {r['theirs_accuracy']:.4f} published "
               f"{r['published_accuracy']} table {r['table']} causes {r['causes']}")

@@ -29,6 +29,12 @@ HERE = Path(__file__).resolve().parent
 # The repository root first: bench/dashboard.py must not shadow the `dashboard` package.
 sys.path[:] = [str(HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != HERE] + [str(HERE)]
 
+CODE = ("bench/load.py", "bench/dashboard.py", "bench/store.py", "dashboard", "prl/store", "sql/schema.sql",
+        "sql/queries.sql", "prl/evaluation", "prl/studies/report.py", "prl/generation", "prl/grading", "prl/data",
+        "prl/models/tiny.py", "prl/models/build.py", "prl_core/metrics.py", "prl_cli/eval_.py", "flows/evaluate.py")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
+
 WRITER_RUN = "load-writer"
 
 
@@ -263,7 +269,7 @@ def main() -> dict:
               "writer_slowdown": round(loaded["writer"]["seconds"] / writer_alone["seconds"], 2),
               "p95_ratio_to_quiet": round(loaded["p95_ms"] / quiet["p95_ms"], 2),
               "p50_ratio_to_quiet": round(loaded["p50_ms"] / quiet["p50_ms"], 2)}
-    write_json("load", result)
+    write_json("load", result, code=CODE)
     print(f"{loaded['clients']} clients while prl eval wrote: {len(loaded['errors'])} errors, p50 {loaded['p50_ms']:.0f} ms, "
           f"p95 {loaded['p95_ms']:.0f} ms; re-rendered " + ", ".join(p.name for p in render_all()))
     return result

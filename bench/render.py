@@ -2,6 +2,7 @@
 
     python bench/render.py            # rewrite the generated regions of both files in place
     python bench/render.py --check    # change nothing; exit 1 listing each region that differs
+                                      # and each results file whose measured code changed since it was recorded
 
 A generated region is the text between ``<!-- figures:NAME -->`` and ``<!-- /figures:NAME -->``;
 REGIONS maps each NAME to the function that renders it from the results files, and EXPECTED lists
@@ -10,6 +11,12 @@ no benchmark figure (it points at the regions). Every region names the machine i
 from (CPU model, cores) and flags, in the text, figures of one table or list that come from
 different machines. Rendering is deterministic: the same JSON gives byte-identical Markdown (no
 clock, no environment, results read in a fixed order).
+
+Figures that cannot go stale: every results file records its provenance (bench/common.py's
+``write_json``: the commit, whether the code was committed, the paths of the code it measures).
+``--check`` also fails for each results file behind a figure whose measured paths differ, in the
+checkout, from the recorded commit (:func:`stale_results`): a figure of code that has changed since
+cannot stay under "met". It needs the git history (a shallow clone fails with a message saying so).
 
 One home for rendering: bench/run_all.py and every bench script call :func:`write_all` after
 writing their results. ``--results DIR`` renders from another results folder (the tests use a
@@ -67,12 +74,15 @@ def machine_label(m: dict | None) -> str:
 
 
 def machine_detail(m: dict | None) -> str:
-    """The label, steal share where recorded, commit and date."""
+    """The label, steal share and load average (1 minute, at the start and the end) where recorded, commit and date."""
     if not m:
         return "machine not recorded"
     parts = [machine_label(m)]
     if "steal_share" in m:
         parts[0] += "" if m["steal_share"] is None else f", {m['steal_share']:.1%} CPU steal"
+    la = m.get("load_average")
+    if isinstance(la, dict) and la.get("start") and la.get("end"):
+        parts[0] += f", load average {la['start'][0]:.1f} at the start, {la['end'][0]:.1f} at the end"
     if m.get("git_commit"):
         parts.append(f"commit {m['git_commit']}")
     if m.get("date"):
@@ -1144,8 +1154,9 @@ def _diff_lines(old: str, new: str, limit: int = 6) -> list[str]:
     return [f"      {line}" for line in d[:limit]] + ([f"      … {len(d) - limit} more changed lines"] if len(d) > limit else [])
 
 
-def check(root: Path = ROOT, results_dir: Path = RESULTS) -> list[str]:
-    """One message per region whose committed text differs from its rendering (and per malformed region)."""
+def check(root: Path = ROOT, results_dir: Path = RESULTS, stale: bool = True) -> list[str]:
+    """One message per region whose committed text differs from its rendering (and per malformed region), and
+    (``stale``) one per results file behind a figure that is stale or cannot be dated (:func:`stale_results`)."""
     messages = []
     for rel in FILES:
         path = root / rel
@@ -1159,7 +1170,178 @@ def check(root: Path = ROOT, results_dir: Path = RESULTS) -> list[str]:
             elif r["old"] != r["new"]:
                 messages.append(f"{rel}: figure '{r['name']}' differs from its results ({', '.join(r['sources'])}):\n"
                                 + "\n".join(_diff_lines(r["old"], r["new"])))
+    if stale:
+        messages += stale_results(root, results_dir)[0]
     return messages
+
+
+# --- provenance: figures of code that changed since they were recorded ----------------------------
+
+NOT_YET_RECORDED: dict[str, str] = {
+    "advantages": "to be re-recorded on this branch",
+    "dashboard": "to be re-recorded on this branch",
+    "demo": "the whole demo from nothing, ~16 min on two quiet cores: re-recorded on a quiet machine (`python bench/demo.py`)",
+    "external": "bench/external.py's classification is being reworked (issue 28, item 5), which re-records it",
+    "faults": "the kill chains are being reworked (issue 28, item 1), which re-records them (`python bench/run_all.py --only faults`)",
+    "generation": "to be re-recorded on this branch",
+    "load": "to be re-recorded on this branch",
+    "memory": "needs SmolLM2-135M (`prl model import --smollm2`), not on the machine of this branch",
+    "peers": "needs the peers' environments under bench/.envs/ (verl, TRL, lighteval), not on the machine of this branch",
+    "real_model": "needs SmolLM2-135M (`prl model import --smollm2`), not on the machine of this branch",
+    "relevance": "to be re-recorded on this branch",
+    "smollm2_train": "needs SmolLM2-135M (`prl model import --smollm2`) and ~30 min, not on the machine of this branch",
+    "store": "to be re-recorded on this branch",
+    "store_10m": "to be re-recorded on this branch",
+    "study": "`prl study` on the embedded config, ~55 min: re-recorded on a quiet machine (`python bench/study.py`)",
+    "suite": "the whole suite, ~18 min: re-recorded on a quiet machine (`python bench/suite.py`)",
+    "train_step": "to be re-recorded on this branch",
+    "verifier_forms": "the verifier's policy is being changed (issue 28, item 7), which re-records it",
+    "verify": "to be re-recorded on this branch",
+}
+"""Results files recorded before results files carried their provenance (issue 28), each with why it has
+not been re-recorded yet. They are exempt from :func:`stale_results` until re-recorded; a listed file
+that has a provenance fails the check (take it off this list), and an unlisted file without one fails.
+``--check`` still prints, for each, what changed since the commit its machine record names."""
+
+WRITERS: dict[str, tuple[str, str]] = {"store_10m": ("bench/store.py", "CODE"), "faults": ("bench/run_all.py", "FAULTS_CODE")}
+"""Where a results file's code paths are declared when it is not ``CODE`` in ``bench/<name>.py``."""
+
+
+def figure_sources(results_dir: Path = RESULTS) -> list[str]:
+    """The results files (names) behind the figures of README.md and bench/RESULTS.md that exist in ``results_dir``."""
+    names: list[str] = []
+    for rel in FILES:
+        for name in EXPECTED.get(rel, ()):
+            res = Results(results_dir)
+            try:
+                REGIONS[name](res)
+            except Exception:  # noqa: BLE001 - a region that cannot render is reported by check(); its sources still count
+                pass
+            names += [n for n in res.used if (Path(results_dir) / f"{n}.json").exists()]
+    return sorted(dict.fromkeys(names))
+
+
+def _git(root: Path, *args: str) -> tuple[int, str]:
+    import subprocess
+
+    try:
+        r = subprocess.run(["git", "--no-optional-locks", *args], cwd=root, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        return 127, str(e)
+    return r.returncode, (r.stdout if r.returncode == 0 else r.stderr).strip()
+
+
+def _declared_code(root: Path, name: str) -> list[str] | None:
+    """The code paths the writer of results file ``name`` declares now (a ``CODE``-style literal), or None."""
+    import ast
+    import warnings
+
+    script, var = WRITERS.get(name, (f"bench/{name}.py", "CODE"))
+    path = root / script
+    if not path.exists():
+        return None
+    with warnings.catch_warnings():  # the script's own invalid escapes, if any, are not the check's subject
+        warnings.simplefilter("ignore", (DeprecationWarning, SyntaxWarning))
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == var for t in targets):
+                try:
+                    return [str(x) for x in ast.literal_eval(node.value)]
+                except ValueError:
+                    return None
+    return None
+
+
+def _changed(root: Path, commit: str, code: list[str]) -> list[str]:
+    """Paths under ``code`` whose content in the checkout differs from ``commit``'s; "(uncommitted)" marks those that
+    differ only in the working tree (untracked files included), not in HEAD."""
+    _, vs_tree = _git(root, "diff", "--name-only", "--no-renames", commit, "--", *code)
+    _, untracked = _git(root, "ls-files", "--others", "--exclude-standard", "--", *code)
+    _, committed = _git(root, "diff", "--name-only", "--no-renames", commit, "HEAD", "--", *code)
+    in_head = set(committed.splitlines())
+    paths = {p for p in vs_tree.splitlines() + untracked.splitlines() if p}
+    return sorted(p if p in in_head else f"{p} (uncommitted)" for p in paths)
+
+
+def _judge(root: Path, head: str, where: str, prov: dict) -> list[str]:
+    """Why the results recorded under ``prov`` (a provenance, bench/common.py) do not back a figure of the code in
+    ``root``; empty when they do."""
+    commit, code = prov.get("commit"), prov.get("code") or []
+    command = prov.get("command") or "its bench script"
+    if not commit or not code:
+        return [f"{where}: its provenance names no commit or no code paths: re-record it (`{command}`)"]
+    if prov.get("dirty") is not False:
+        what = ", ".join(prov.get("dirty_paths") or []) or "git could not tell"
+        return [f"{where}: recorded with uncommitted changes to the code it measures ({what}): commit, then re-record "
+                f"it (`{command}`)"]
+    if _git(root, "cat-file", "-e", f"{commit}^{{commit}}")[0] != 0:
+        return [f"{where}: recorded at commit {commit[:12]}, which this clone does not have (history rewritten, or "
+                f"fetched only in part): cannot tell whether it is stale; re-record it (`{command}`)"]
+    changed = _changed(root, commit, code)
+    if not changed:
+        return []
+    ancestor = _git(root, "merge-base", "--is-ancestor", commit, head or "HEAD")[0] == 0
+    return [f"{where}: stale: the code it measures changed since commit {commit[:12]}"
+            + ("" if ancestor else " (not an ancestor of HEAD; compared by content)") + ": "
+            + ", ".join(changed[:8]) + (f" … ({len(changed)} paths)" if len(changed) > 8 else "")
+            + f"; re-record it (`{command}`)"]
+
+
+def stale_results(root: Path = ROOT, results_dir: Path = RESULTS,
+                  names: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """(failures, notes): one failure per results file behind a figure that cannot be trusted to measure the code
+    in ``root`` — recorded with uncommitted changes, at a commit this clone lacks, without a provenance (unless
+    listed in :data:`NOT_YET_RECORDED`), or whose measured paths changed since its commit; ``notes`` say, for the
+    listed files, what changed since the commit their machine record names. Compares content (``git diff COMMIT``),
+    so a recorded commit that is not an ancestor of HEAD (a rebased branch) is judged by what it measured."""
+    names = figure_sources(results_dir) if names is None else names
+    failures: list[str] = []
+    notes: list[str] = []
+    rc, out = _git(root, "rev-parse", "--is-shallow-repository")
+    if rc != 0:
+        return [f"{root}: not a git checkout ({out.splitlines()[0] if out else 'git failed'}): the staleness check "
+                "compares each results file's recorded commit with the code here and needs the repository"], []
+    if out == "true":
+        return [f"{root}: a shallow clone: the staleness check compares each results file's recorded commit with the "
+                "code here and needs the history; fetch it (`git fetch --unshallow`) and run the check again"], []
+    _, head = _git(root, "rev-parse", "HEAD")
+    for name in names:
+        rel = f"bench/results/{name}.json"
+        data = json.loads((Path(results_dir) / f"{name}.json").read_text(encoding="utf-8"))
+        prov = data.get("provenance")
+        if prov is None:
+            if name not in NOT_YET_RECORDED:
+                failures.append(f"{rel}: no provenance (commit, dirty flag, code paths): re-record it with its bench "
+                                "script (bench/common.py's write_json records them)")
+                continue
+            m = data.get("machine") or {}
+            short = m.get("git_commit") or data.get("commit") or (data.get("git") or {}).get("commit")
+            code = _declared_code(root, name)
+            rc_c, commit = _git(root, "rev-parse", "--verify", "-q", f"{short}^{{commit}}") if short else (1, "")
+            if not code or rc_c != 0:
+                notes.append(f"{rel}: not re-recorded yet ({NOT_YET_RECORDED[name]}); its commit or code paths are "
+                             "unknown")
+                continue
+            changed = _changed(root, commit, code)
+            notes.append(f"{rel}: not re-recorded yet ({NOT_YET_RECORDED[name]}); "
+                         + (f"since {short[:7]}, {len(changed)} measured path(s) changed: {', '.join(changed[:6])}"
+                            + (" …" if len(changed) > 6 else "") if changed else
+                            f"no measured path changed since {short[:7]}"))
+            continue
+        if name in NOT_YET_RECORDED:
+            failures.append(f"{rel}: has a provenance now: take '{name}' off NOT_YET_RECORDED in bench/render.py")
+        records = [(rel, prov)]
+        for part in prov.get("parts") or []:  # parts measured at different times, each with its own provenance
+            sub = (data.get(part) or {}).get("provenance") if isinstance(data.get(part), dict) else None
+            if sub is None:
+                failures.append(f"{rel}: part '{part}' has no provenance of its own: re-record it")
+                continue
+            records.append((f"{rel} (part '{part}')", sub))
+        for where, p in records:
+            failures += _judge(root, head, where, p)
+    return failures, notes
 
 
 def write_all(root: Path = ROOT, results_dir: Path = RESULTS) -> list[Path]:
@@ -1188,13 +1370,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=ROOT, help="checkout holding README.md and bench/RESULTS.md")
     args = ap.parse_args(argv)
     if args.check:
-        messages = check(args.root, args.results)
-        for m in messages:
+        messages = check(args.root, args.results, stale=False)
+        failures, notes = stale_results(args.root, args.results)
+        for m in messages + failures:
             print(m)
+        for n in notes:
+            print(f"note: {n}")
         if messages:
             print(f"{len(messages)} figure region(s) differ from {args.results}: run `python bench/render.py`.", file=sys.stderr)
+        if failures:
+            print(f"{len(failures)} results file(s) cannot back their figures: re-record them.", file=sys.stderr)
+        if messages or failures:
             return 1
-        print(f"every figure region of {', '.join(FILES)} matches {args.results}.")
+        print(f"every figure region of {', '.join(FILES)} matches {args.results}, and every results file behind them "
+              "measured the code as it is here.")
         return 0
     changed = write_all(args.root, args.results)
     print("rewrote " + (", ".join(str(p.relative_to(args.root)) for p in changed) if changed else "nothing (already current)"))

@@ -29,6 +29,11 @@ from common import machine_info, render_all, write_json  # noqa: E402
 
 from prl.store.db import SAMPLE_COLUMNS, Store, sample_schema  # noqa: E402
 
+CODE = ("bench/store.py", "bench/dashboard.py", "prl/store", "sql/schema.sql", "sql/queries.sql", "dashboard",
+        "prl/evaluation/report.py", "prl/evaluation/agreement.py", "prl/studies/report.py", "prl_cli/report.py")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
+
 PROBLEMS = {"math500": 500, "minerva_math": 272, "olympiad_bench": 675, "aime24": 30, "amc23": 40}
 N = 8
 TARGET_INGEST_S, TARGET_QUERY_MS = 10.0, 300.0
@@ -168,7 +173,7 @@ def main() -> dict:
         "meets_ingest_target": ingest_s < target_s, "count_baseline_ms": base_ms,
         "connect_ms": connect_ms, "queries": results_q,
     }
-    write_json(args.name, results)
+    write_json(args.name, results, code=CODE)
     print("re-rendered " + ", ".join(p.name for p in render_all()))
     return results
 

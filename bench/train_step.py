@@ -28,6 +28,11 @@ from common import machine_info, render_all, write_json  # noqa: E402
 from prl_core.config import AlgorithmConfig  # noqa: E402
 from prl_core.estimators import get_estimator  # noqa: E402
 
+CODE = ("bench/train_step.py", "prl/training", "prl_core", "prl/generation", "prl/grading/verifier.py",
+        "prl/data/synthetic.py")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
+
 TARGET = 1.05
 
 
@@ -86,7 +91,7 @@ def main() -> dict:
              "mean_response_tokens": float(r.mask.sum(1).float().mean())}
     results = {"machine": machine_info(), "shape": shape, "cases": cases, "repeats": args.repeats,
                "once_ms": {"generate": (t1 - t0) * 1e3, "verify": (t2 - t1) * 1e3, "logprobs": (t3 - t2) * 1e3}}
-    write_json("train_step", results)
+    write_json("train_step", results, code=CODE)
     for name, c in cases.items():
         print(f"{name:<16} {c['median_ms']:8.1f} ms  {c['ratio_to_grpo']:.3f}x GRPO")
     print("re-rendered " + ", ".join(p.name for p in render_all()))
