@@ -153,7 +153,9 @@ def target_rows(res: Results, with_faults: bool = True, with_demo: bool = True) 
     ts = res.get("train_step")
     if ts:
         worst = max(v["ratio_to_grpo"] for k, v in ts["cases"].items() if k != "grpo")
-        rows.append(("PRL training step within 5% of GRPO's", f"{worst:.3f}× (slowest PRL split)", "GRPO step, same rollouts",
+        rows.append(("PRL training step within 5% of GRPO's", f"{worst:.3f}× (slowest PRL split)"
+                     + (f"; whole steps {ts['whole_steps']['prl_over_grpo_paired']['step']:.2f}×" if "whole_steps" in ts else ""),
+                     "GRPO step, same rollouts" + ("; whole steps alternated" if "whole_steps" in ts else ""),
                      met(worst <= 1.05), "train_step"))
     mem = res.get("memory")
     if mem and mem.get("logprob_pass"):
@@ -496,24 +498,44 @@ def region_verify(res: Results) -> str:
     return "\n".join(lines)
 
 
+def _run_by(by: list[str]) -> str:
+    """Who ran a query, short: the pages by title, ``prl report`` by its options."""
+    pages = [b.removeprefix("page ") for b in by if b.startswith("page ")]
+    reports = [b.removeprefix("prl report ").split(" ")[0] for b in by if b.startswith("prl report")]
+    other = [b for b in by if not b.startswith(("page ", "prl report"))]
+    parts = ([", ".join(pages)] if pages else []) + ([f"`prl report {' / '.join(dict.fromkeys(reports))}`"]
+                                                      if reports else []) + other
+    return "; ".join(parts)
+
+
 def _store(res: Results, name: str, command: str) -> str:
     s = res.get(name)
     if s is None:
         return missing(name, command)
-    lines = [f"{s['rows']:,} generated sample rows ({s['runs']} runs × 1,517 problems × 8), "
+    context = (f" + {s['context_rows']:,} rows of an imported run; a training run's metrics, rollouts and segments; a "
+               "study of 2 cells × 3 seeds" if "context_rows" in s else "")
+    lines = [f"{s['rows']:,} generated sample rows ({s['runs']} runs × 1,517 problems × 8){context}, "
              f"{machine_detail(s['machine'])}. Store file {s['store_mib']:.0f} MiB.", ""]
     lines += table([f"ingest ({s['ingest_chunks']} idempotent chunks)", "baseline: Parquet write of the same rows", "ratio",
                     f"target < {s['target_ingest_s']:.0f} s", "re-ingest of a stored chunk"],
                    [[f"{s['ingest_s']:.2f} s", f"{s['parquet_write_s']:.2f} s", f"{s['ingest_ratio_to_parquet']:.1f}×",
                      "met" if s["meets_ingest_target"] else "MISSED",
                      f"{s['reingest_chunk_s']:.2f} s, {s['reingest_added']} rows added"]])
-    lines += ["", "Queries through `Store.rows` (each opens and closes a read-only connection, as the report and dashboard "
+    traced = all("run_by" in q for q in s["queries"].values())
+    which = (f"Every query the dashboard's {len(s['dashboard_pages'])} pages and `prl report` ran on this store, "
+             "recorded from their code (each page rendered once, `prl report` run with `--runs A,B`, `--agreement`, "
+             "`--agreement B --against A` and `--study`; bench/dashboard_pages.py), with the arguments of its first "
+             "call, and the named queries their modules name that no default view ran. Timed through `Store.rows` "
+             if traced and "dashboard_pages" in s else "Queries through `Store.rows` ")
+    lines += ["", which + "(each opens and closes a read-only connection, as the report and dashboard "
               f"do; opening one costs ~{s['connect_ms']:.0f} ms). Baseline: `count(*)` on an open connection, "
               f"{s['count_baseline_ms']:.2f} ms" + (f"; median and p95 of {s['repeats']} calls each" if "repeats" in s else "")
               + ".", ""]
-    lines += table(["named query", "median", "p95", "× baseline", "target p95 < 300 ms"],
+    header = ["named query", "median", "p95", "× baseline", "target p95 < 300 ms"] + (["run by"] if traced else [])
+    lines += table(header,
                    [[f"`{k}`", f"{q['median_ms']:.1f} ms", f"{q['p95_ms']:.1f} ms", f"{q['ratio_to_count']:.0f}×",
-                     "met" if q["meets_target"] else "MISSED"] for k, q in s["queries"].items()])
+                     "met" if q["meets_target"] else "MISSED"] + ([_run_by(q["run_by"])] if traced else [])
+                    for k, q in s["queries"].items()])
     return "\n".join(lines)
 
 
@@ -574,14 +596,60 @@ def region_train_step(res: Results) -> str:
     if r is None:
         return missing("train_step", "python bench/train_step.py --model DIR")
     sh, m, once = r["shape"], r["machine"], r["once_ms"]
-    lines = [f"{sh['rollouts']} rollouts (≤ {sh['max_response_tokens']} tokens, mean {sh['mean_response_tokens']:.0f}) of the "
-             f"warm-started tiny model; DeepSpeed fp32 on {machine_detail(m)}. Timed: advantages + PPO update, "
-             "alternating, median" + (f" of {r['repeats']}" if "repeats" in r else "") + ". Same for all estimators and "
+    split = all("update_ms" in c for c in r["cases"].values())
+    model = r.get("model") or {}
+    warm = f" ({model['sft_steps']} SFT steps)" if model.get("sft_steps") else ""
+    lines = [f"**1. Same rollouts.** {sh['rollouts']} rollouts (≤ {sh['max_response_tokens']} tokens, mean "
+             f"{sh['mean_response_tokens']:.0f}) of the warm-started tiny model{warm}; DeepSpeed fp32 on {machine_detail(m)}. "
+             "Timed: " + ("advantages, the step's diagnostics and the PPO update, each on its own" if split else
+                          "advantages + PPO update") + ", alternating, median"
+             + (f" of {r['repeats']}" if "repeats" in r else "") + ". Same for all estimators and "
              f"not timed: generate {once['generate']:.0f} ms, verify {once['verify']:.0f} ms, log-probs "
              f"{once['logprobs']:.0f} ms.", ""]
-    lines += table(["estimator", "advantages + update", "× GRPO (target ≤ 1.05×)"],
-                   [[k, f"{c['median_ms']:.0f} ms", f"**{c['ratio_to_grpo']:.3f}×** {'(met)' if c['meets_target'] else '(missed)'}"]
-                    for k, c in r["cases"].items()])
+    if split:
+        lines += table(["estimator", "advantages", "diagnostics", "update", "all three", "× GRPO (target ≤ 1.05×)"],
+                       [[k, f"{c['advantages_ms']:.1f} ms", f"{c['diagnostics_ms']:.1f} ms", f"{c['update_ms']:.0f} ms",
+                         f"{c['median_ms']:.0f} ms",
+                         f"**{c['ratio_to_grpo']:.3f}×** {'(met)' if c['meets_target'] else '(missed)'}"]
+                        for k, c in r["cases"].items()])
+    else:
+        lines += table(["estimator", "advantages + update", "× GRPO (target ≤ 1.05×)"],
+                       [[k, f"{c['median_ms']:.0f} ms", f"**{c['ratio_to_grpo']:.3f}×** {'(met)' if c['meets_target'] else '(missed)'}"]
+                        for k, c in r["cases"].items()])
+    w = r.get("whole_steps")
+    if not w:
+        return "\n".join(lines)
+    md, pr = w["median"], w["prl_over_grpo_paired"]
+    measured = w["steps"] - w["warmup_steps"]
+    lines += ["", f"**2. Whole steps, as bench/peers.py's RL step runs them** ({w['settings']['prompts_per_step']} prompts × "
+              f"{w['settings']['group']}, ≤ {w['settings']['max_tokens']} tokens, the reference pass on; PRL with "
+              "`text:\\n\\n`, η = 20): a GRPO and a PRL trainer in one process stepping alternately from the same seed, "
+              f"each on its own rollouts; medians of {measured} steps after {w['warmup_steps']} warm-up. `update` is the "
+              "trainer's `time/update`: advantages + diagnostics + the PPO update. The last column is bench/peers.py's "
+              "RL step (each side a run of its own, in its own processes, one after the other; medians).", ""]
+    peers = (res.get("peers") or {}).get("rl_step") or {}
+    psm = peers.get("summary") or {}
+    pg, pp_ = psm.get("grpo:hf"), psm.get("prl:hf")
+    keys = {"generate": "generate_s", "verify": "reward_s", "logprobs": "logprobs_s", "update": "update_s", "step": "step_s"}
+
+    def peer(phase: str) -> str:
+        k = keys.get(phase)
+        if not (pg and pp_ and k and pg.get(k)):
+            return "—"
+        return f"{pp_[k] / pg[k]:.2f}×"
+
+    rows = [[ph, f"{md['grpo'][f'{ph}_s']:.3f} s", f"{md['prl'][f'{ph}_s']:.3f} s", f"**{pr[ph]:.2f}×**", peer(ph)]
+            for ph in ("generate", "verify", "logprobs", "update", "sync", "step")]
+    rows.append(["response tokens (mean per response)", f"{md['grpo']['response_tokens']:.1f}",
+                 f"{md['prl']['response_tokens']:.1f}", "",
+                 f"{pg['completion_tokens']:.1f} / {pp_['completion_tokens']:.1f}" if pg and pp_ else "—"])
+    rows.append(["garbage collector, whole step", f"{md['grpo']['gc_s']:.3f} s", f"{md['prl']['gc_s']:.3f} s", "", ""])
+    lines += table(["phase", "GRPO", "PRL", "PRL / GRPO (median of the step pairs)",
+                    "bench/peers.py: PRL / GRPO" + (f" (commit {peers['machine']['git_commit']})" if peers.get("machine") else "")],
+                   rows)
+    lines += ["", f"The two sides sampled the same {w['responses_per_step']} responses at "
+              f"{w['steps_with_identical_responses']} of the {measured} measured steps. PRL / GRPO without generation "
+              f"(verify + log-probs + update): **{w['prl_over_grpo_without_generation']:.2f}×**."]
     return "\n".join(lines)
 
 
@@ -663,12 +731,18 @@ def region_dashboard(res: Results) -> str:
     r = res.get("dashboard")
     if r is None:
         return missing("dashboard", "python bench/dashboard.py")
-    lines = [f"{r['rows']:,} samples (82 runs × 1,517 problems × 8) + 500 training steps; {machine_detail(r['machine'])}. "
-             "Cold render (data cache cleared) of each page with Streamlit's AppTest, median"
+    traced = all("queries" in x for x in r["pages"].values())
+    store = ("the store of bench/store.py: 82 evaluation runs × 1,517 problems × 8, an imported run, a training run of "
+             "500 steps and a study of 2 cells × 3 seeds (each a training run of 200 steps)" if traced else
+             "82 runs × 1,517 problems × 8 + 500 training steps")
+    lines = [f"{r['rows']:,} samples ({store}); {machine_detail(r['machine'])}. "
+             + (f"Every page of the dashboard's navigation (`dashboard/app.py`: {len(r['pages'])}). " if traced else "")
+             + "Cold render (data cache cleared) of each page with Streamlit's AppTest, median"
              + (f" of {r['repeats']}" if "repeats" in r else "") + f"; baseline: a page with only a title, "
              f"{r['baseline_s'] * 1e3:.0f} ms.", ""]
-    lines += table(["page", "render", "× empty page", "target < 1 s"],
+    lines += table(["page", "render", "× empty page", "target < 1 s"] + (["queries it ran"] if traced else []),
                    [[p, f"{x['median_s'] * 1e3:.0f} ms", f"{x['ratio_to_baseline']:.1f}×", "met" if x["meets_target"] else "MISSED"]
+                    + ([", ".join(f"`{q}`" for q in x["queries"]) or "—"] if traced else [])
                     for p, x in r["pages"].items()])
     return "\n".join(lines)
 
@@ -679,8 +753,11 @@ def region_load(res: Results) -> str:
         return missing("load", "python bench/load.py")
     q, w, m = r["quiet"], r["with_writer"], r["machine"]
     lines = [
-        f"{w['clients']} client processes, each running every page's queries ({len(w['per_query'])} calls, `dashboard.data` "
-        f"and the SQL box) in a loop for {w['seconds']:.0f} s, on a store of {r['rows']:,} samples; {machine_detail(m)}. "
+        f"{w['clients']} client processes, each running every page's "
+        + (f"data calls ({r['distinct_calls']} distinct calls of `dashboard.data` and the SQL box, recorded by rendering "
+           f"each of the dashboard's {len(r['dashboard_pages'])} pages on the same store)" if "distinct_calls" in r else
+           f"queries ({len(w['per_query'])} calls, `dashboard.data` and the SQL box)")
+        + f" in a loop for {w['seconds']:.0f} s, on a store of {r['rows']:,} samples; {machine_detail(m)}. "
         "Baselines in the same run: the same clients with no writer, and the same evaluation with no clients.", ""]
     lines += table(["", "calls", "errors", "p50", "p95"],
                    [["quiet store", f"{q['calls']:,}", str(len(q["errors"])), f"{q['p50_ms']:.0f} ms", f"{q['p95_ms']:.0f} ms"],
