@@ -211,10 +211,15 @@ def dashboard_and_report_queries(db: Path, work: Path) -> tuple[dict, dict]:
     store = Store(db, create=False)
     compare = [r["run_id"] for r in store.records("list_runs") if r["samples"] and r["kind"] == "eval"][-2:]
     recs.append(dp.trace_report(db, (compare[0], compare[1]), IMPORT_RUN, STUDY, work))
+    from prl.store.db import load_queries, sql_dir
+
+    examples = {" ".join(q.split()): name for name, q in load_queries(sql_dir() / "examples.sql").items()}
     out: dict[str, dict] = {}
     for rec in recs:
         for c in rec.queries():
-            label = c.name if c.kind == "query" else "SQL box: " + " ".join(c.name.split())[:48]
+            text = " ".join(c.name.split())
+            label = c.name if c.kind == "query" else (f"SQL box: {examples[text]} (sql/examples.sql)" if text in examples
+                                                      else f"SQL box: {text[:40]} …")
             entry = out.setdefault(label, {"kind": c.kind, "name": c.name, "params": c.params, "by": []})
             if c.by not in entry["by"]:
                 entry["by"].append(c.by)
