@@ -650,7 +650,51 @@ def region_train_step(res: Results) -> str:
     lines += ["", f"The two sides sampled the same {w['responses_per_step']} responses at "
               f"{w['steps_with_identical_responses']} of the {measured} measured steps. PRL / GRPO without generation "
               f"(verify + log-probs + update): **{w['prl_over_grpo_without_generation']:.2f}×**."]
+    lines += ["", *train_step_reconciled(r, peers)]
     return "\n".join(lines)
+
+
+def train_step_reconciled(r: dict, peers: dict) -> list[str]:
+    """Why the PRL / GRPO ratio of a phase differs between the same-rollouts timing, the whole steps and
+    bench/peers.py's run, from the three records (the prose of bench/RESULTS.md points here)."""
+    w = r["whole_steps"]
+    rows = {k: [x for x in v if not x["warmup"]] for k, v in w["rows"].items()}
+    n = w["responses_per_step"]
+    differ = [x["responses_same_as_other_side"] for x in rows["grpo"] if x["responses_same_as_other_side"] != n]
+    upd = [x["update_s"] for x in rows["grpo"]]
+    text = r["cases"].get("prl text:\\n\\n") or r["cases"].get("prl text:\n\n") or max(
+        r["cases"].values(), key=lambda c: c["ratio_to_grpo"])
+    grpo = r["cases"]["grpo"]
+    own = [c.get("advantages_ms", 0) + c.get("diagnostics_ms", 0) for c in (text, grpo)]
+    extra = [f"{x:.1f} ms" for x in own]
+    out = [f"**Why the ratios differ.** Part 1 times, on one batch and alternating, what depends on the estimator "
+           "(advantages, diagnostics) together with the update; part 2 and bench/peers.py time whole steps, each side "
+           "drawing its own rollouts. With the same seed and prompts the sides drew the same responses: here all "
+           f"{n} were the same texts at {w['steps_with_identical_responses']} of {len(rows['grpo'])} measured steps"
+           + (f" (at the others {', '.join(str(d) for d in differ)} of {n})" if differ else "") + "."]
+    sides = (peers.get("ours") or {}) if peers else {}
+    pg, pp_ = sides.get("grpo:hf"), sides.get("prl:hf")
+    if pg and pp_:
+        key = lambda st: (st["run"], st["step"])  # noqa: E731
+        a = {key(st): st["mean_completion_tokens"] for st in pg["steps"]}
+        b = {key(st): st["mean_completion_tokens"] for st in pp_["steps"]}
+        both = sorted(set(a) & set(b))
+        same = sum(a[k] == b[k] for k in both)
+        ratio = {k: pp_s / pg_s for k, pg_s, pp_s in ((k, peers["summary"]["grpo:hf"][k], peers["summary"]["prl:hf"][k])
+                                                      for k in ("generate_s", "logprobs_s", "update_s"))}
+        out[-1] += (f" In bench/peers.py's run the two sides' mean completion tokens were equal at {same} of "
+                    f"{len(both)} steps, and its PRL / GRPO ratios were generate {ratio['generate_s']:.2f}×, log-probs "
+                    f"{ratio['logprobs_s']:.2f}×, update {ratio['update_s']:.2f}×.")
+    out[-1] += (" The same responses mean the same generation, log-prob and update work on both sides; what PRL adds "
+                f"is its advantages and diagnostics, {extra[0]} against GRPO's {extra[1]} a step (part 1). So a phase "
+                "ratio far from 1 in whole steps is the machine, not PRL: with the same responses GRPO's own update took "
+                f"{min(upd):.2f}–{max(upd):.2f} s across this run's measured steps; bench/peers.py runs each side in "
+                "processes of its own one after another, so a slower minute falls on one side only. The estimator's "
+                f"own cost is the difference in part 1's advantages and diagnostics: +{own[0] - own[1]:.1f} ms a step, "
+                f"{(own[0] - own[1]) / grpo['median_ms']:.1%} of GRPO's whole update phase; part 1's ratio column, a "
+                "median of alternated pairs, carries the update's noise too (the update is the same work for every "
+                "estimator).")
+    return out
 
 
 def region_real_model(res: Results) -> str:
@@ -1267,13 +1311,10 @@ NOT_YET_RECORDED: dict[str, str] = {
     "real_model": "needs SmolLM2-135M (`prl model import --smollm2`), not on the machine of this branch",
     "relevance": "to be re-recorded on this branch",
     "smollm2_train": "needs SmolLM2-135M (`prl model import --smollm2`) and ~30 min, not on the machine of this branch",
-    "store": "to be re-recorded on this branch",
     "store_10m": "to be re-recorded on this branch",
     "study": "`prl study` on the embedded config, ~55 min: re-recorded on a quiet machine (`python bench/study.py`)",
     "suite": "the whole suite, ~18 min: re-recorded on a quiet machine (`python bench/suite.py`)",
-    "train_step": "to be re-recorded on this branch",
     "verifier_forms": "the verifier's policy is being changed (issue 28, item 7), which re-records it",
-    "verify": "to be re-recorded on this branch",
 }
 """Results files recorded before results files carried their provenance (issue 28), each with why it has
 not been re-recorded yet. They are exempt from :func:`stale_results` until re-recorded; a listed file
