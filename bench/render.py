@@ -501,7 +501,7 @@ def region_verify(res: Results) -> str:
 def _run_by(by: list[str]) -> str:
     """Who ran a query, short: the pages by title, ``prl report`` by its options."""
     pages = [b.removeprefix("page ") for b in by if b.startswith("page ")]
-    reports = [b.removeprefix("prl report ").split(" ")[0] for b in by if b.startswith("prl report")]
+    reports = [" ".join(t for t in b.split() if t.startswith("--")) for b in by if b.startswith("prl report")]
     other = [b for b in by if not b.startswith(("page ", "prl report"))]
     parts = ([", ".join(pages)] if pages else []) + ([f"`prl report {' / '.join(dict.fromkeys(reports))}`"]
                                                       if reports else []) + other
@@ -1300,7 +1300,6 @@ def check(root: Path = ROOT, results_dir: Path = RESULTS, stale: bool = True) ->
 
 NOT_YET_RECORDED: dict[str, str] = {
     "advantages": "to be re-recorded on this branch",
-    "dashboard": "to be re-recorded on this branch",
     "demo": "the whole demo from nothing, ~16 min on two quiet cores: re-recorded on a quiet machine (`python bench/demo.py`)",
     "external": "bench/external.py's classification is being reworked (issue 28, item 5), which re-records it",
     "faults": "the kill chains are being reworked (issue 28, item 1), which re-records them (`python bench/run_all.py --only faults`)",
