@@ -1310,7 +1310,6 @@ NOT_YET_RECORDED: dict[str, str] = {
     "real_model": "needs SmolLM2-135M (`prl model import --smollm2`), not on the machine of this branch",
     "relevance": "to be re-recorded on this branch",
     "smollm2_train": "needs SmolLM2-135M (`prl model import --smollm2`) and ~30 min, not on the machine of this branch",
-    "store_10m": "to be re-recorded on this branch",
     "study": "`prl study` on the embedded config, ~55 min: re-recorded on a quiet machine (`python bench/study.py`)",
     "suite": "the whole suite, ~18 min: re-recorded on a quiet machine (`python bench/suite.py`)",
     "verifier_forms": "the verifier's policy is being changed (issue 28, item 7), which re-records it",
