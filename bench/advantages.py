@@ -33,6 +33,10 @@ from common import machine_info, median_ms, paired_ms, render_all, write_json  #
 
 from prl_core import prl_advantages, step_boundaries  # noqa: E402
 
+CODE = ("bench/advantages.py", "prl_core/advantages.py", "prl_core/boundaries.py")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
+
 
 def loop_prl(rewards, group_ids, logp_old, logp_ref, mask, eta, every=None):
     """Per-sample loop: group statistics per prompt, then each sample's suffix sums and segments."""
@@ -200,7 +204,7 @@ def main(argv=None) -> dict:
                   f"[>= 20x: {'met' if c['meets_loop_target_20x'] else 'MISSED'}] | {c['ratio_to_cumsum']:.2f}x the cumsum "
                   f"[<= 3x: {'met' if c['meets_cumsum_target_3x'] else 'MISSED'}] | {c['speedup_vs_per_sample_torch_loop']:.1f}x "
                   f"the per-sample torch loop | max |diff| {c['max_abs_diff_vs_loop']:.1e}")
-    path = write_json("advantages_quick" if args.quick else "advantages", results)
+    path = write_json("advantages_quick" if args.quick else "advantages", results, code=CODE)
     print(f"wrote {path}" + ("" if args.quick else "; re-rendered " + ", ".join(p.name for p in render_all())))
     return results
 

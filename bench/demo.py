@@ -38,7 +38,12 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from common import render_all  # noqa: E402
+from common import render_all, write_json  # noqa: E402
+
+CODE = ("bench/demo.py", "prl", "prl_core", "flows", "prl_cli", "dashboard", "sql", "configs", "scripts",
+        "pyproject.toml")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
 
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
 SPANS = {"fresh_clone": "fresh clone → dashboard's first page (install included)",
@@ -163,7 +168,7 @@ def main() -> int:
     result["end_to_end"] = end_to_end
     result["seconds"] = round(sum(end_to_end.values()), 1)
     result.update(extra)
-    (HERE / "results" / "demo.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_json("demo", result, code=CODE)
     render_all()
     print(f"[demo] {result['span_label']}: {result['seconds']:.0f} s ({end_to_end}); checks "
           f"{'passed' if not failed else 'FAILED: ' + '; '.join(failed)}; bench/results/demo.json written", file=sys.stderr)

@@ -53,7 +53,12 @@ from prl.imports.formats import label_correct  # noqa: E402
 from prl.imports.run import ImportConfig, run_import  # noqa: E402
 from prl.store.db import Store  # noqa: E402
 
-ROOT = HERE.parent
+ROOT = Path(__file__).resolve().parents[1]
+
+CODE = ("bench/external.py", "prl/imports", "prl/grading", "prl/evaluation/agreement.py", "prl/data/datasets.py",
+        "prl/data/benchmarks", "prl/store", "sql/schema.sql", "sql/queries.sql", "tests/data/external")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
 EXT = ROOT / "tests" / "data" / "external"
 REVIEW = HERE / "external_review.json"
 LIGHTEVAL = ROOT / "tests" / "data" / "peers" / "lighteval_verdicts.json"
@@ -238,7 +243,7 @@ def main() -> dict:
         results = {"machine": machine_info(), "review": str(REVIEW.relative_to(ROOT)),
                    "lighteval_verdicts": str(LIGHTEVAL.relative_to(ROOT)),
                    "sets": {name: measure(name, db, lighteval, review) for name in SETS}}
-    write_json("external", results)
+    write_json("external", results, code=CODE)
     for name, r in results["sets"].items():
         print(f"{name}: ours {r['ours_accuracy']:.4f} theirs {r['theirs_accuracy']:.4f} lighteval "
               f"{r['lighteval_accuracy']:.4f} published {r['published_accuracy']} table {r['table']}; read "

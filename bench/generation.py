@@ -35,6 +35,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+CODE = ("bench/generation.py", "prl/generation", "prl/models/tiny.py", "prl/models/build.py",
+        "prl/data/synthetic.py")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
+
 TARGET = 3.0
 
 
@@ -155,7 +160,7 @@ def main() -> int:
         "target": TARGET,
         "load_average_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
     }
-    path = write_json("generation", payload)
+    path = write_json("generation", payload, code=CODE)
     for name, s in summary.items():
         print(f"[{name}] vLLM / best transformers: " + ", ".join(
             f"{k} {s[k]:.2f}x" for k in ("separate_processes", "in_process")) + f" (target >= {TARGET}x)")

@@ -1,7 +1,8 @@
 """Load: several dashboard clients run every page's queries while an evaluation writes to the store.
 
-Each client is a process looping over the queries the dashboard's pages make (``dashboard.data``
-and the SQL box's ``run_query``), timing each call and counting errors; it also reads the
+Each client is a process looping over the data calls the dashboard's pages make (``dashboard.data``
+and the SQL box's ``run_query``, recorded by rendering every page once on the same store:
+:func:`page_calls`), timing each call and counting errors; it also reads the
 writer's sample count on every round, so fresh rows must become visible while it runs. The
 writer is a real ``prl eval`` of the embedded tiny model (vLLM) into the same store file.
 Baselines in the same run: the same clients with no writer (query latency), and the same
@@ -29,37 +30,46 @@ HERE = Path(__file__).resolve().parent
 # The repository root first: bench/dashboard.py must not shadow the `dashboard` package.
 sys.path[:] = [str(HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != HERE] + [str(HERE)]
 
+CODE = ("bench/load.py", "bench/dashboard_pages.py", "bench/store.py", "dashboard", "prl/store", "sql/schema.sql",
+        "sql/queries.sql", "prl/evaluation", "prl/studies/report.py", "prl/generation", "prl/grading", "prl/data",
+        "prl/models/tiny.py", "prl/models/build.py", "prl_core/metrics.py", "prl_cli/eval_.py", "flows/evaluate.py")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
+
 WRITER_RUN = "load-writer"
 
 
-def page_calls(db: str, a: str, b: str, train: str) -> list[tuple[str, object]]:
-    """(name, zero-argument call) for every query a page makes."""
+def page_calls(db: str) -> list[tuple[str, str, tuple, dict]]:
+    """(label, ``dashboard.data`` function or "sql", args, kwargs) of every distinct data call and SQL-box query the
+    dashboard's pages make on the store ``db``: recorded by rendering each page once (bench/dashboard_pages.py), so
+    the list is the pages' own, whatever they become."""
+    import dashboard_pages as dp
+
+    rec = dp.trace_pages(db)
+    calls: dict[tuple, tuple[str, str, tuple, dict]] = {}
+    for c in rec.calls:
+        if c.kind == "data":
+            calls.setdefault((c.name, repr(c.args), repr(c.params)), (c.name, c.name, c.args, c.params))
+        elif c.kind == "sql":
+            calls.setdefault(("sql", c.name), ("sql_box", "sql", (c.name,), {}))
+    return list(calls.values())
+
+
+def _callable(db: str, fn: str, args: tuple, kwargs: dict):
     from dashboard import data
     from prl.store.readonly import run_query
 
-    return [
-        ("runs", lambda: data.runs(db)),
-        ("run_manifest", lambda: data.run_manifest(db, a)),
-        ("scores", lambda: data.scores(db, [a, b], 1)),
-        ("pass_at_k_curve", lambda: data.pass_at_k_curve(db, [a, b])),
-        ("compare", lambda: data.compare(db, a, b)),
-        ("problem_choices", lambda: data.problem_choices(db, [a])),
-        ("problem", lambda: data.problem(db, "math500", "math500/3", [a, b])),
-        ("verdict_counts", lambda: data.verdict_counts(db, [a, b])),
-        ("samples_by_verdict", lambda: data.samples_by_verdict(db, [a], "wrong")),
-        ("suspicious_passes", lambda: data.suspicious_passes(db, [a])),
-        ("train_metrics", lambda: data.train_metrics(db, [train])),
-        ("eval_points", lambda: data.eval_points(db, [train])),
-        ("sql_box", lambda: run_query(db, "select verdict, count(*) from samples group by 1")),
-    ]
+    if fn == "sql":
+        return lambda: run_query(db, *args)
+    return lambda: getattr(data, fn)(*args, **kwargs)
 
 
-def client(db: str, runs: tuple[str, str, str], seconds: float, stop, out) -> None:
-    """One dashboard user: every page's queries in a loop for at least ``seconds`` and until ``stop`` is set,
+def client(db: str, calls: list[tuple[str, str, tuple, dict]], seconds: float, stop, out) -> None:
+    """One dashboard user: every page's data calls in a loop for at least ``seconds`` and until ``stop`` is set,
     then one last round (so the writer's final rows are seen)."""
     from prl.store.readonly import run_query
 
-    calls = page_calls(db, *runs)
+    calls = [(label, _callable(db, fn, args, kwargs)) for label, fn, args, kwargs in calls]
     lat: dict[str, list[float]] = {name: [] for name, _ in calls}
     errors: list[str] = []
     seen: list[int] = []
@@ -83,12 +93,12 @@ def client(db: str, runs: tuple[str, str, str], seconds: float, stop, out) -> No
     out.put({"latency_ms": lat, "errors": errors, "seen": seen})
 
 
-def run_clients(db: str, runs: tuple[str, str, str], clients: int, seconds: float, during=None) -> dict:
-    """Start ``clients`` processes; ``during()`` runs meanwhile and may return a process (the writer):
-    the clients go on until it has exited (and for at least ``seconds``)."""
+def run_clients(db: str, calls: list, clients: int, seconds: float, during=None) -> dict:
+    """Start ``clients`` processes, each looping over ``calls`` (:func:`page_calls`); ``during()`` runs meanwhile and
+    may return a process (the writer): the clients go on until it has exited (and for at least ``seconds``)."""
     ctx = mp.get_context("spawn")
     q, stop = ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=client, args=(db, runs, seconds, stop, q)) for _ in range(clients)]
+    procs = [ctx.Process(target=client, args=(db, calls, seconds, stop, q)) for _ in range(clients)]
     for p in procs:
         p.start()
     t_during = time.monotonic()
@@ -116,7 +126,7 @@ WAIT_ROWS = 16  # rows per write transaction in write_waits
 HOT_ROWS = 64  # rows per transaction of reader_waits' back-to-back writer
 
 
-def write_waits(db: str, runs: tuple[str, str, str], clients: int, rounds: int = 12) -> dict:
+def write_waits(db: str, calls: list, clients: int, rounds: int = 12) -> dict:
     """Seconds per small write transaction (WAIT_ROWS rows) under ``clients`` readers, the writer's turnstile on and off
     alternately (the same load for both): how long a waiting writer is kept out."""
     from prl.store.db import db as store_mod
@@ -137,7 +147,7 @@ def write_waits(db: str, runs: tuple[str, str, str], clients: int, rounds: int =
             waits[mode].append(time.perf_counter() - t)
             time.sleep(2)
 
-    run_clients(db, runs, clients, 1.0, during=during)
+    run_clients(db, calls, clients, 1.0, during=during)
     return {**{m: {"median_s": round(statistics.median(w), 3), "max_s": round(max(w), 3), "n": len(w)}
                for m, w in waits.items()}, "rows_per_write": WAIT_ROWS}
 
@@ -217,14 +227,8 @@ def main() -> dict:
     ap.add_argument("--seconds", type=float, default=40.0, help="how long each client runs")
     ap.add_argument("--problems", type=int, default=20, help="problems the writer evaluates (n=4; default 20: under 8 clients the writer gets a small share of the 2 cores)")
     args = ap.parse_args()
-    import importlib.util
-
     from common import machine_info, render_all, write_json
-
-    spec = importlib.util.spec_from_file_location("bench_dashboard", HERE / "dashboard.py")
-    bench_dashboard = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_dashboard)
-    build_store = bench_dashboard.build_store
+    from store import build_store
 
     from prl.models.tiny import build_tiny
 
@@ -232,8 +236,9 @@ def main() -> dict:
     db = str(work / "store.duckdb")
     rows = build_store(Path(db), args.rows)
     model = str(build_tiny(work / "tiny", seed=0))
-    runs = ("run-0", "run-1", "train")
-    print(f"store with {rows:,} samples; {args.clients} clients × {args.seconds:.0f} s", file=sys.stderr)
+    calls = page_calls(db)
+    print(f"store with {rows:,} samples; {args.clients} clients × {args.seconds:.0f} s, each looping over "
+          f"{len(calls)} data calls of the dashboard's pages", file=sys.stderr)
     t0 = time.monotonic()
     alone = start_writer(db, model, args.problems, run_id=WRITER_RUN + "-alone")
     out, _ = alone.communicate()
@@ -241,14 +246,14 @@ def main() -> dict:
         raise SystemExit(f"the writer (prl eval) failed alone with exit {alone.returncode}:\n{writer_log(alone)[-3000:]}")
     writer_alone = {"samples_added": json.loads(out).get("samples_added"), "seconds": round(time.monotonic() - t0, 1)}
     print(f"writer alone: {writer_alone['samples_added']} samples in {writer_alone['seconds']:.0f} s", file=sys.stderr)
-    quiet = run_clients(db, runs, args.clients, args.seconds)
+    quiet = run_clients(db, calls, args.clients, args.seconds)
     holder = {}
 
     def during():
         holder["proc"] = start_writer(db, model, args.problems)
         return holder["proc"]
 
-    loaded = run_clients(db, runs, args.clients, args.seconds, during=during)
+    loaded = run_clients(db, calls, args.clients, args.seconds, during=during)
     proc = holder["proc"]
     out, _ = proc.communicate()
     if proc.returncode != 0:
@@ -256,14 +261,17 @@ def main() -> dict:
     summary = json.loads(out)
     loaded["writer"] = {"returncode": proc.returncode, "samples_added": summary.get("samples_added"),
                         "seconds": loaded.pop("during_s")}
-    waits = write_waits(db, runs, args.clients)
+    waits = write_waits(db, calls, args.clients)
     hot = reader_waits()
-    result = {"machine": machine_info(), "rows": rows, "quiet": quiet, "with_writer": loaded, "writer_alone": writer_alone,
+    import dashboard_pages as dp
+
+    result = {"machine": machine_info(), "rows": rows, "distinct_calls": len(calls),
+              "dashboard_pages": [p.title for p in dp.pages()], "quiet": quiet, "with_writer": loaded, "writer_alone": writer_alone,
               "write_waits": waits, "reader_waits": hot,
               "writer_slowdown": round(loaded["writer"]["seconds"] / writer_alone["seconds"], 2),
               "p95_ratio_to_quiet": round(loaded["p95_ms"] / quiet["p95_ms"], 2),
               "p50_ratio_to_quiet": round(loaded["p50_ms"] / quiet["p50_ms"], 2)}
-    write_json("load", result)
+    write_json("load", result, code=CODE)
     print(f"{loaded['clients']} clients while prl eval wrote: {len(loaded['errors'])} errors, p50 {loaded['p50_ms']:.0f} ms, "
           f"p95 {loaded['p95_ms']:.0f} ms; re-rendered " + ", ".join(p.name for p in render_all()))
     return result

@@ -54,6 +54,11 @@ from common import machine_info, render_all, write_json  # noqa: E402
 
 from prl_core.logprobs import DEFAULT_CHUNK_TOKENS  # noqa: E402
 
+CODE = ("bench/memory.py", "prl/training", "prl_core/logprobs.py", "prl_core/losses.py", "prl/generation",
+        "prl/models")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
+
 GIB = 1024 ** 3
 MIB = 1024 ** 2
 MMAP_THRESHOLD = 65536
@@ -976,7 +981,7 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(json.dumps(results, indent=2) + "\n")
         print(f"wrote {path} in {results['seconds']:.0f} s (a smoke run: not rendered)")
     else:
-        path = write_json("memory", results)
+        path = write_json("memory", results, code=CODE)
         print(f"wrote {path} in {results['seconds']:.0f} s; re-rendered " + ", ".join(p.name for p in render_all()))
     return 0
 

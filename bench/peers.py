@@ -59,7 +59,16 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from common import machine_info, median_ms, render_all, write_json  # noqa: E402
+from common import machine_info, median_ms, provenance, render_all, write_json  # noqa: E402
+
+PARTS = ("advantages", "analysis", "verification", "rl_step")
+"""The parts of bench/results/peers.json, each measured (and re-measured with ``--part``) on its own, each with its
+own machine and provenance."""
+
+CODE = ("bench/peers.py", "bench/peers", "prl_core", "prl/training", "prl/generation", "prl/grading", "prl/store",
+        "prl/evaluation/report.py", "prl/data", "sql/schema.sql", "sql/queries.sql", "tests/data/external")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
 
 # torch and the project are imported where they are used: the pandas side of the analysis runs in a
 # process that imports neither (its peak memory is the notebook's, not ours)
@@ -655,7 +664,8 @@ def main() -> int:
                   file=sys.stderr)
             ok &= all(v["equal"] for v in c["checks"].values())
         doc["advantages"]["machine"] = machine_info()
-        write_json("peers", doc)  # each part as soon as it is measured, with its machine and time
+        doc["advantages"]["provenance"] = provenance(CODE)  # each part: the code as it was when it ran
+        write_json("peers", doc, code=CODE, parts=PARTS)  # each part as soon as it is measured, with its machine and time
     if args.part in ("analysis", "all"):
         doc["analysis"] = a = analysis(args.rows)
         print(f"[peers] analysis of {a['rows']:,} samples: " + ", ".join(
@@ -665,21 +675,24 @@ def main() -> int:
               file=sys.stderr)
         ok &= all(c["equal"] for c in a["checks"].values())
         a["machine"] = machine_info()
-        write_json("peers", doc)
+        a["provenance"] = provenance(CODE)  # each part: the code as it was when it ran
+        write_json("peers", doc, code=CODE, parts=PARTS)
     if args.part in ("verification", "all"):
         doc["verification"] = v = verification()
         print(f"[peers] verification of {v['responses']} outside responses: "
               + ", ".join(f"{k} {x:.1f}x" for k, x in v["ratios"].items())
               + f"; agreement {v['agree_total']}/{v['responses']}", file=sys.stderr)
         v["machine"] = machine_info()
-        write_json("peers", doc)
+        v["provenance"] = provenance(CODE)  # each part: the code as it was when it ran
+        write_json("peers", doc, code=CODE, parts=PARTS)
     if args.part in ("rl_step", "all"):
         doc["rl_step"] = rl = rl_step(args.model, args.rl_steps, args.rl_warmup)
         print("[peers] rl step: " + ", ".join(f"{k} {v['step_s']:.2f}x" for k, v in rl["ratios"].items()),
               file=sys.stderr)
         ok &= all(c["equal"] for c in rl["advantage_checks"].values())
         rl["machine"] = machine_info()
-        write_json("peers", doc)
+        rl["provenance"] = provenance(CODE)  # each part: the code as it was when it ran
+        write_json("peers", doc, code=CODE, parts=PARTS)
     render_all()
     return 0 if ok else 1
 

@@ -42,6 +42,11 @@ from prl.store.db import Store  # noqa: E402
 from prl.training.exports import save_policy  # noqa: E402
 from prl.training.weight_sync import named_weights  # noqa: E402
 
+CODE = ("bench/real_model.py", "prl/generation", "prl/models", "prl/training", "prl_core", "prl/store",
+        "prl_cli/train.py")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
+
 GEN_TARGET, SYNC_TARGET = 3.0, 5.0
 
 
@@ -159,7 +164,7 @@ def main() -> int:
     result["train"] = {sync: train_phases(model, sync) for sync in ("memory", "disk")}
     result["machine"] = machine_info()
     result["machine_before"] = before
-    path = write_json("real_model", result)
+    path = write_json("real_model", result, code=CODE)
     print(f"[real_model] wrote {path}", file=sys.stderr)
     render_all()
     return 0

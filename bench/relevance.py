@@ -36,6 +36,10 @@ from prl.data.datasets import bundled_path, load_dataset  # noqa: E402
 from prl.grading.relevance import (FIT_MARGIN, SUSPICIOUS_BELOW, FitIndex, answer_only,  # noqa: E402
                                    is_suspicious_pass, relevance)
 
+CODE = ("bench/relevance.py", "prl/grading/relevance.py", "prl/data/datasets.py", "prl/data/benchmarks")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
+
 SWAP_SETS = ("math500", "olympiad_bench", "minerva_math")
 MARGINS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0)
 TARGET_RECALL, TARGET_FALSE = 0.90, 0.03
@@ -136,7 +140,7 @@ def main() -> dict:
                "datasets": {d: measure(d, f) for d, f in SOURCES.items()},
                "fit_margin": FIT_MARGIN, "targets": {"recall": TARGET_RECALL, "false_flags": TARGET_FALSE},
                "swapped": {d: swapped(d, SOURCES[d]) for d in SWAP_SETS}}
-    write_json("relevance", results)
+    write_json("relevance", results, code=CODE)
     for d, r in results["datasets"].items():
         print(d, r)
     for d, r in results["swapped"].items():

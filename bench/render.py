@@ -2,6 +2,7 @@
 
     python bench/render.py            # rewrite the generated regions of both files in place
     python bench/render.py --check    # change nothing; exit 1 listing each region that differs
+                                      # and each results file whose measured code changed since it was recorded
 
 A generated region is the text between ``<!-- figures:NAME -->`` and ``<!-- /figures:NAME -->``;
 REGIONS maps each NAME to the function that renders it from the results files, and EXPECTED lists
@@ -10,6 +11,12 @@ no benchmark figure (it points at the regions). Every region names the machine i
 from (CPU model, cores) and flags, in the text, figures of one table or list that come from
 different machines. Rendering is deterministic: the same JSON gives byte-identical Markdown (no
 clock, no environment, results read in a fixed order).
+
+Figures that cannot go stale: every results file records its provenance (bench/common.py's
+``write_json``: the commit, whether the code was committed, the paths of the code it measures).
+``--check`` also fails for each results file behind a figure whose measured paths differ, in the
+checkout, from the recorded commit (:func:`stale_results`): a figure of code that has changed since
+cannot stay under "met". It needs the git history (a shallow clone fails with a message saying so).
 
 One home for rendering: bench/run_all.py and every bench script call :func:`write_all` after
 writing their results. ``--results DIR`` renders from another results folder (the tests use a
@@ -67,12 +74,15 @@ def machine_label(m: dict | None) -> str:
 
 
 def machine_detail(m: dict | None) -> str:
-    """The label, steal share where recorded, commit and date."""
+    """The label, steal share and load average (1 minute, at the start and the end) where recorded, commit and date."""
     if not m:
         return "machine not recorded"
     parts = [machine_label(m)]
     if "steal_share" in m:
         parts[0] += "" if m["steal_share"] is None else f", {m['steal_share']:.1%} CPU steal"
+    la = m.get("load_average")
+    if isinstance(la, dict) and la.get("start") and la.get("end"):
+        parts[0] += f", load average {la['start'][0]:.1f} at the start, {la['end'][0]:.1f} at the end"
     if m.get("git_commit"):
         parts.append(f"commit {m['git_commit']}")
     if m.get("date"):
@@ -143,7 +153,9 @@ def target_rows(res: Results, with_faults: bool = True, with_demo: bool = True) 
     ts = res.get("train_step")
     if ts:
         worst = max(v["ratio_to_grpo"] for k, v in ts["cases"].items() if k != "grpo")
-        rows.append(("PRL training step within 5% of GRPO's", f"{worst:.3f}× (slowest PRL split)", "GRPO step, same rollouts",
+        rows.append(("PRL training step within 5% of GRPO's", f"{worst:.3f}× (slowest PRL split)"
+                     + (f"; whole steps {ts['whole_steps']['prl_over_grpo_paired']['step']:.2f}×" if "whole_steps" in ts else ""),
+                     "GRPO step, same rollouts" + ("; whole steps alternated" if "whole_steps" in ts else ""),
                      met(worst <= 1.05), "train_step"))
     mem = res.get("memory")
     if mem and mem.get("logprob_pass"):
@@ -515,24 +527,44 @@ def region_verify(res: Results) -> str:
     return "\n".join(lines)
 
 
+def _run_by(by: list[str]) -> str:
+    """Who ran a query, short: the pages by title, ``prl report`` by its options."""
+    pages = [b.removeprefix("page ") for b in by if b.startswith("page ")]
+    reports = [" ".join(t for t in b.split() if t.startswith("--")) for b in by if b.startswith("prl report")]
+    other = [b for b in by if not b.startswith(("page ", "prl report"))]
+    parts = ([", ".join(pages)] if pages else []) + ([f"`prl report {' / '.join(dict.fromkeys(reports))}`"]
+                                                      if reports else []) + other
+    return "; ".join(parts)
+
+
 def _store(res: Results, name: str, command: str) -> str:
     s = res.get(name)
     if s is None:
         return missing(name, command)
-    lines = [f"{s['rows']:,} generated sample rows ({s['runs']} runs × 1,517 problems × 8), "
+    context = (f" + {s['context_rows']:,} rows of an imported run; a training run's metrics, rollouts and segments; a "
+               "study of 2 cells × 3 seeds" if "context_rows" in s else "")
+    lines = [f"{s['rows']:,} generated sample rows ({s['runs']} runs × 1,517 problems × 8){context}, "
              f"{machine_detail(s['machine'])}. Store file {s['store_mib']:.0f} MiB.", ""]
     lines += table([f"ingest ({s['ingest_chunks']} idempotent chunks)", "baseline: Parquet write of the same rows", "ratio",
                     f"target < {s['target_ingest_s']:.0f} s", "re-ingest of a stored chunk"],
                    [[f"{s['ingest_s']:.2f} s", f"{s['parquet_write_s']:.2f} s", f"{s['ingest_ratio_to_parquet']:.1f}×",
                      "met" if s["meets_ingest_target"] else "MISSED",
                      f"{s['reingest_chunk_s']:.2f} s, {s['reingest_added']} rows added"]])
-    lines += ["", "Queries through `Store.rows` (each opens and closes a read-only connection, as the report and dashboard "
+    traced = all("run_by" in q for q in s["queries"].values())
+    which = (f"Every query the dashboard's {len(s['dashboard_pages'])} pages and `prl report` ran on this store, "
+             "recorded from their code (each page rendered once, `prl report` run with `--runs A,B`, `--agreement`, "
+             "`--agreement B --against A` and `--study`; bench/dashboard_pages.py), with the arguments of its first "
+             "call, and the named queries their modules name that no default view ran. Timed through `Store.rows` "
+             if traced and "dashboard_pages" in s else "Queries through `Store.rows` ")
+    lines += ["", which + "(each opens and closes a read-only connection, as the report and dashboard "
               f"do; opening one costs ~{s['connect_ms']:.0f} ms). Baseline: `count(*)` on an open connection, "
               f"{s['count_baseline_ms']:.2f} ms" + (f"; median and p95 of {s['repeats']} calls each" if "repeats" in s else "")
               + ".", ""]
-    lines += table(["named query", "median", "p95", "× baseline", "target p95 < 300 ms"],
+    header = ["named query", "median", "p95", "× baseline", "target p95 < 300 ms"] + (["run by"] if traced else [])
+    lines += table(header,
                    [[f"`{k}`", f"{q['median_ms']:.1f} ms", f"{q['p95_ms']:.1f} ms", f"{q['ratio_to_count']:.0f}×",
-                     "met" if q["meets_target"] else "MISSED"] for k, q in s["queries"].items()])
+                     "met" if q["meets_target"] else "MISSED"] + ([_run_by(q["run_by"])] if traced else [])
+                    for k, q in s["queries"].items()])
     return "\n".join(lines)
 
 
@@ -643,15 +675,105 @@ def region_train_step(res: Results) -> str:
     if r is None:
         return missing("train_step", "python bench/train_step.py --model DIR")
     sh, m, once = r["shape"], r["machine"], r["once_ms"]
-    lines = [f"{sh['rollouts']} rollouts (≤ {sh['max_response_tokens']} tokens, mean {sh['mean_response_tokens']:.0f}) of the "
-             f"warm-started tiny model; DeepSpeed fp32 on {machine_detail(m)}. Timed: advantages + PPO update, "
-             "alternating, median" + (f" of {r['repeats']}" if "repeats" in r else "") + ". Same for all estimators and "
+    split = all("update_ms" in c for c in r["cases"].values())
+    model = r.get("model") or {}
+    warm = f" ({model['sft_steps']} SFT steps)" if model.get("sft_steps") else ""
+    lines = [f"**1. Same rollouts.** {sh['rollouts']} rollouts (≤ {sh['max_response_tokens']} tokens, mean "
+             f"{sh['mean_response_tokens']:.0f}) of the warm-started tiny model{warm}; DeepSpeed fp32 on {machine_detail(m)}. "
+             "Timed: " + ("advantages, the step's diagnostics and the PPO update, each on its own" if split else
+                          "advantages + PPO update") + ", alternating, median"
+             + (f" of {r['repeats']}" if "repeats" in r else "") + ". Same for all estimators and "
              f"not timed: generate {once['generate']:.0f} ms, verify {once['verify']:.0f} ms, log-probs "
              f"{once['logprobs']:.0f} ms.", ""]
-    lines += table(["estimator", "advantages + update", "× GRPO (target ≤ 1.05×)"],
-                   [[k, f"{c['median_ms']:.0f} ms", f"**{c['ratio_to_grpo']:.3f}×** {'(met)' if c['meets_target'] else '(missed)'}"]
-                    for k, c in r["cases"].items()])
+    if split:
+        lines += table(["estimator", "advantages", "diagnostics", "update", "all three", "× GRPO (target ≤ 1.05×)"],
+                       [[k, f"{c['advantages_ms']:.1f} ms", f"{c['diagnostics_ms']:.1f} ms", f"{c['update_ms']:.0f} ms",
+                         f"{c['median_ms']:.0f} ms",
+                         f"**{c['ratio_to_grpo']:.3f}×** {'(met)' if c['meets_target'] else '(missed)'}"]
+                        for k, c in r["cases"].items()])
+    else:
+        lines += table(["estimator", "advantages + update", "× GRPO (target ≤ 1.05×)"],
+                       [[k, f"{c['median_ms']:.0f} ms", f"**{c['ratio_to_grpo']:.3f}×** {'(met)' if c['meets_target'] else '(missed)'}"]
+                        for k, c in r["cases"].items()])
+    w = r.get("whole_steps")
+    if not w:
+        return "\n".join(lines)
+    md, pr = w["median"], w["prl_over_grpo_paired"]
+    measured = w["steps"] - w["warmup_steps"]
+    lines += ["", f"**2. Whole steps, as bench/peers.py's RL step runs them** ({w['settings']['prompts_per_step']} prompts × "
+              f"{w['settings']['group']}, ≤ {w['settings']['max_tokens']} tokens, the reference pass on; PRL with "
+              "`text:\\n\\n`, η = 20): a GRPO and a PRL trainer in one process stepping alternately from the same seed, "
+              f"each on its own rollouts; medians of {measured} steps after {w['warmup_steps']} warm-up. `update` is the "
+              "trainer's `time/update`: advantages + diagnostics + the PPO update. The last column is bench/peers.py's "
+              "RL step (each side a run of its own, in its own processes, one after the other; medians).", ""]
+    peers = (res.get("peers") or {}).get("rl_step") or {}
+    psm = peers.get("summary") or {}
+    pg, pp_ = psm.get("grpo:hf"), psm.get("prl:hf")
+    keys = {"generate": "generate_s", "verify": "reward_s", "logprobs": "logprobs_s", "update": "update_s", "step": "step_s"}
+
+    def peer(phase: str) -> str:
+        k = keys.get(phase)
+        if not (pg and pp_ and k and pg.get(k)):
+            return "—"
+        return f"{pp_[k] / pg[k]:.2f}×"
+
+    rows = [[ph, f"{md['grpo'][f'{ph}_s']:.3f} s", f"{md['prl'][f'{ph}_s']:.3f} s", f"**{pr[ph]:.2f}×**", peer(ph)]
+            for ph in ("generate", "verify", "logprobs", "update", "sync", "step")]
+    rows.append(["response tokens (mean per response)", f"{md['grpo']['response_tokens']:.1f}",
+                 f"{md['prl']['response_tokens']:.1f}", "",
+                 f"{pg['completion_tokens']:.1f} / {pp_['completion_tokens']:.1f}" if pg and pp_ else "—"])
+    rows.append(["garbage collector, whole step", f"{md['grpo']['gc_s']:.3f} s", f"{md['prl']['gc_s']:.3f} s", "", ""])
+    lines += table(["phase", "GRPO", "PRL", "PRL / GRPO (median of the step pairs)",
+                    "bench/peers.py: PRL / GRPO" + (f" (commit {peers['machine']['git_commit']})" if peers.get("machine") else "")],
+                   rows)
+    lines += ["", f"The two sides sampled the same {w['responses_per_step']} responses at "
+              f"{w['steps_with_identical_responses']} of the {measured} measured steps. PRL / GRPO without generation "
+              f"(verify + log-probs + update): **{w['prl_over_grpo_without_generation']:.2f}×**."]
+    lines += ["", *train_step_reconciled(r, peers)]
     return "\n".join(lines)
+
+
+def train_step_reconciled(r: dict, peers: dict) -> list[str]:
+    """Why the PRL / GRPO ratio of a phase differs between the same-rollouts timing, the whole steps and
+    bench/peers.py's run, from the three records (the prose of bench/RESULTS.md points here)."""
+    w = r["whole_steps"]
+    rows = {k: [x for x in v if not x["warmup"]] for k, v in w["rows"].items()}
+    n = w["responses_per_step"]
+    differ = [x["responses_same_as_other_side"] for x in rows["grpo"] if x["responses_same_as_other_side"] != n]
+    upd = [x["update_s"] for x in rows["grpo"]]
+    text = r["cases"].get("prl text:\\n\\n") or r["cases"].get("prl text:\n\n") or max(
+        r["cases"].values(), key=lambda c: c["ratio_to_grpo"])
+    grpo = r["cases"]["grpo"]
+    own = [c.get("advantages_ms", 0) + c.get("diagnostics_ms", 0) for c in (text, grpo)]
+    extra = [f"{x:.1f} ms" for x in own]
+    out = [f"**Why the ratios differ.** Part 1 times, on one batch and alternating, what depends on the estimator "
+           "(advantages, diagnostics) together with the update; part 2 and bench/peers.py time whole steps, each side "
+           "drawing its own rollouts. With the same seed and prompts the sides drew the same responses: here all "
+           f"{n} were the same texts at {w['steps_with_identical_responses']} of {len(rows['grpo'])} measured steps"
+           + (f" (at the others {', '.join(str(d) for d in differ)} of {n})" if differ else "") + "."]
+    sides = (peers.get("ours") or {}) if peers else {}
+    pg, pp_ = sides.get("grpo:hf"), sides.get("prl:hf")
+    if pg and pp_:
+        key = lambda st: (st["run"], st["step"])  # noqa: E731
+        a = {key(st): st["mean_completion_tokens"] for st in pg["steps"]}
+        b = {key(st): st["mean_completion_tokens"] for st in pp_["steps"]}
+        both = sorted(set(a) & set(b))
+        same = sum(a[k] == b[k] for k in both)
+        ratio = {k: pp_s / pg_s for k, pg_s, pp_s in ((k, peers["summary"]["grpo:hf"][k], peers["summary"]["prl:hf"][k])
+                                                      for k in ("generate_s", "logprobs_s", "update_s"))}
+        out[-1] += (f" In bench/peers.py's run the two sides' mean completion tokens were equal at {same} of "
+                    f"{len(both)} steps, and its PRL / GRPO ratios were generate {ratio['generate_s']:.2f}×, log-probs "
+                    f"{ratio['logprobs_s']:.2f}×, update {ratio['update_s']:.2f}×.")
+    out[-1] += (" The same responses mean the same generation, log-prob and update work on both sides; what PRL adds "
+                f"is its advantages and diagnostics, {extra[0]} against GRPO's {extra[1]} a step (part 1). So a phase "
+                "ratio far from 1 in whole steps is the machine, not PRL: with the same responses GRPO's own update took "
+                f"{min(upd):.2f}–{max(upd):.2f} s across this run's measured steps; bench/peers.py runs each side in "
+                "processes of its own one after another, so a slower minute falls on one side only. The estimator's "
+                f"own cost is the difference in part 1's advantages and diagnostics: +{own[0] - own[1]:.1f} ms a step, "
+                f"{(own[0] - own[1]) / grpo['median_ms']:.1%} of GRPO's whole update phase; part 1's ratio column, a "
+                "median of alternated pairs, carries the update's noise too (the update is the same work for every "
+                "estimator).")
+    return out
 
 
 def region_real_model(res: Results) -> str:
@@ -747,12 +869,18 @@ def region_dashboard(res: Results) -> str:
     r = res.get("dashboard")
     if r is None:
         return missing("dashboard", "python bench/dashboard.py")
-    lines = [f"{r['rows']:,} samples (82 runs × 1,517 problems × 8) + 500 training steps; {machine_detail(r['machine'])}. "
-             "Cold render (data cache cleared) of each page with Streamlit's AppTest, median"
+    traced = all("queries" in x for x in r["pages"].values())
+    store = ("the store of bench/store.py: 82 evaluation runs × 1,517 problems × 8, an imported run, a training run of "
+             "500 steps and a study of 2 cells × 3 seeds (each a training run of 200 steps)" if traced else
+             "82 runs × 1,517 problems × 8 + 500 training steps")
+    lines = [f"{r['rows']:,} samples ({store}); {machine_detail(r['machine'])}. "
+             + (f"Every page of the dashboard's navigation (`dashboard/app.py`: {len(r['pages'])}). " if traced else "")
+             + "Cold render (data cache cleared) of each page with Streamlit's AppTest, median"
              + (f" of {r['repeats']}" if "repeats" in r else "") + f"; baseline: a page with only a title, "
              f"{r['baseline_s'] * 1e3:.0f} ms.", ""]
-    lines += table(["page", "render", "× empty page", "target < 1 s"],
+    lines += table(["page", "render", "× empty page", "target < 1 s"] + (["queries it ran"] if traced else []),
                    [[p, f"{x['median_s'] * 1e3:.0f} ms", f"{x['ratio_to_baseline']:.1f}×", "met" if x["meets_target"] else "MISSED"]
+                    + ([", ".join(f"`{q}`" for q in x["queries"]) or "—"] if traced else [])
                     for p, x in r["pages"].items()])
     return "\n".join(lines)
 
@@ -763,8 +891,11 @@ def region_load(res: Results) -> str:
         return missing("load", "python bench/load.py")
     q, w, m = r["quiet"], r["with_writer"], r["machine"]
     lines = [
-        f"{w['clients']} client processes, each running every page's queries ({len(w['per_query'])} calls, `dashboard.data` "
-        f"and the SQL box) in a loop for {w['seconds']:.0f} s, on a store of {r['rows']:,} samples; {machine_detail(m)}. "
+        f"{w['clients']} client processes, each running every page's "
+        + (f"data calls ({r['distinct_calls']} distinct calls of `dashboard.data` and the SQL box, recorded by rendering "
+           f"each of the dashboard's {len(r['dashboard_pages'])} pages on the same store)" if "distinct_calls" in r else
+           f"queries ({len(w['per_query'])} calls, `dashboard.data` and the SQL box)")
+        + f" in a loop for {w['seconds']:.0f} s, on a store of {r['rows']:,} samples; {machine_detail(m)}. "
         "Baselines in the same run: the same clients with no writer, and the same evaluation with no clients.", ""]
     lines += table(["", "calls", "errors", "p50", "p95"],
                    [["quiet store", f"{q['calls']:,}", str(len(q["errors"])), f"{q['p50_ms']:.0f} ms", f"{q['p95_ms']:.0f} ms"],
@@ -1238,8 +1369,9 @@ def _diff_lines(old: str, new: str, limit: int = 6) -> list[str]:
     return [f"      {line}" for line in d[:limit]] + ([f"      … {len(d) - limit} more changed lines"] if len(d) > limit else [])
 
 
-def check(root: Path = ROOT, results_dir: Path = RESULTS) -> list[str]:
-    """One message per region whose committed text differs from its rendering (and per malformed region)."""
+def check(root: Path = ROOT, results_dir: Path = RESULTS, stale: bool = True) -> list[str]:
+    """One message per region whose committed text differs from its rendering (and per malformed region), and
+    (``stale``) one per results file behind a figure that is stale or cannot be dated (:func:`stale_results`)."""
     messages = []
     for rel in FILES:
         path = root / rel
@@ -1253,7 +1385,173 @@ def check(root: Path = ROOT, results_dir: Path = RESULTS) -> list[str]:
             elif r["old"] != r["new"]:
                 messages.append(f"{rel}: figure '{r['name']}' differs from its results ({', '.join(r['sources'])}):\n"
                                 + "\n".join(_diff_lines(r["old"], r["new"])))
+    if stale:
+        messages += stale_results(root, results_dir)[0]
     return messages
+
+
+# --- provenance: figures of code that changed since they were recorded ----------------------------
+
+NOT_YET_RECORDED: dict[str, str] = {
+    "advantages": "to be re-recorded on this branch",
+    "demo": "the whole demo from nothing, ~16 min on two quiet cores: re-recorded on a quiet machine (`python bench/demo.py`)",
+    "external": "bench/external.py's classification is being reworked (issue 28, item 5), which re-records it",
+    "faults": "the kill chains are being reworked (issue 28, item 1), which re-records them (`python bench/run_all.py --only faults`)",
+    "generation": "to be re-recorded on this branch",
+    "load": "to be re-recorded on this branch",
+    "memory": "needs SmolLM2-135M (`prl model import --smollm2`), not on the machine of this branch",
+    "peers": "needs the peers' environments under bench/.envs/ (verl, TRL, lighteval), not on the machine of this branch",
+    "real_model": "needs SmolLM2-135M (`prl model import --smollm2`), not on the machine of this branch",
+    "relevance": "to be re-recorded on this branch",
+    "smollm2_train": "needs SmolLM2-135M (`prl model import --smollm2`) and ~30 min, not on the machine of this branch",
+    "study": "`prl study` on the embedded config, ~55 min: re-recorded on a quiet machine (`python bench/study.py`)",
+    "suite": "the whole suite, ~18 min: re-recorded on a quiet machine (`python bench/suite.py`)",
+    "verifier_forms": "the verifier's policy is being changed (issue 28, item 7), which re-records it",
+}
+"""Results files recorded before results files carried their provenance (issue 28), each with why it has
+not been re-recorded yet. They are exempt from :func:`stale_results` until re-recorded; a listed file
+that has a provenance fails the check (take it off this list), and an unlisted file without one fails.
+``--check`` still prints, for each, what changed since the commit its machine record names."""
+
+WRITERS: dict[str, tuple[str, str]] = {"store_10m": ("bench/store.py", "CODE"), "faults": ("bench/run_all.py", "FAULTS_CODE")}
+"""Where a results file's code paths are declared when it is not ``CODE`` in ``bench/<name>.py``."""
+
+
+def figure_sources(results_dir: Path = RESULTS) -> list[str]:
+    """The results files (names) behind the figures of README.md and bench/RESULTS.md that exist in ``results_dir``."""
+    names: list[str] = []
+    for rel in FILES:
+        for name in EXPECTED.get(rel, ()):
+            res = Results(results_dir)
+            try:
+                REGIONS[name](res)
+            except Exception:  # noqa: BLE001 - a region that cannot render is reported by check(); its sources still count
+                pass
+            names += [n for n in res.used if (Path(results_dir) / f"{n}.json").exists()]
+    return sorted(dict.fromkeys(names))
+
+
+def _git(root: Path, *args: str) -> tuple[int, str]:
+    import subprocess
+
+    try:
+        r = subprocess.run(["git", "--no-optional-locks", *args], cwd=root, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        return 127, str(e)
+    return r.returncode, (r.stdout if r.returncode == 0 else r.stderr).strip()
+
+
+def _declared_code(root: Path, name: str) -> list[str] | None:
+    """The code paths the writer of results file ``name`` declares now (a ``CODE``-style literal), or None."""
+    import ast
+    import warnings
+
+    script, var = WRITERS.get(name, (f"bench/{name}.py", "CODE"))
+    path = root / script
+    if not path.exists():
+        return None
+    with warnings.catch_warnings():  # the script's own invalid escapes, if any, are not the check's subject
+        warnings.simplefilter("ignore", (DeprecationWarning, SyntaxWarning))
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == var for t in targets):
+                try:
+                    return [str(x) for x in ast.literal_eval(node.value)]
+                except ValueError:
+                    return None
+    return None
+
+
+def _changed(root: Path, commit: str, code: list[str]) -> list[str]:
+    """Paths under ``code`` whose content in the checkout differs from ``commit``'s; "(uncommitted)" marks those that
+    differ only in the working tree (untracked files included), not in HEAD."""
+    _, vs_tree = _git(root, "diff", "--name-only", "--no-renames", commit, "--", *code)
+    _, untracked = _git(root, "ls-files", "--others", "--exclude-standard", "--", *code)
+    _, committed = _git(root, "diff", "--name-only", "--no-renames", commit, "HEAD", "--", *code)
+    in_head = set(committed.splitlines())
+    paths = {p for p in vs_tree.splitlines() + untracked.splitlines() if p}
+    return sorted(p if p in in_head else f"{p} (uncommitted)" for p in paths)
+
+
+def _judge(root: Path, head: str, where: str, prov: dict) -> list[str]:
+    """Why the results recorded under ``prov`` (a provenance, bench/common.py) do not back a figure of the code in
+    ``root``; empty when they do."""
+    commit, code = prov.get("commit"), prov.get("code") or []
+    command = prov.get("command") or "its bench script"
+    if not commit or not code:
+        return [f"{where}: its provenance names no commit or no code paths: re-record it (`{command}`)"]
+    if prov.get("dirty") is not False:
+        what = ", ".join(prov.get("dirty_paths") or []) or "git could not tell"
+        return [f"{where}: recorded with uncommitted changes to the code it measures ({what}): commit, then re-record "
+                f"it (`{command}`)"]
+    if _git(root, "cat-file", "-e", f"{commit}^{{commit}}")[0] != 0:
+        return [f"{where}: recorded at commit {commit[:12]}, which this clone does not have (history rewritten, or "
+                f"fetched only in part): cannot tell whether it is stale; re-record it (`{command}`)"]
+    changed = _changed(root, commit, code)
+    if not changed:
+        return []
+    ancestor = _git(root, "merge-base", "--is-ancestor", commit, head or "HEAD")[0] == 0
+    return [f"{where}: stale: the code it measures changed since commit {commit[:12]}"
+            + ("" if ancestor else " (not an ancestor of HEAD; compared by content)") + ": "
+            + ", ".join(changed[:8]) + (f" … ({len(changed)} paths)" if len(changed) > 8 else "")
+            + f"; re-record it (`{command}`)"]
+
+
+def stale_results(root: Path = ROOT, results_dir: Path = RESULTS,
+                  names: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """(failures, notes): one failure per results file behind a figure that cannot be trusted to measure the code
+    in ``root`` — recorded with uncommitted changes, at a commit this clone lacks, without a provenance (unless
+    listed in :data:`NOT_YET_RECORDED`), or whose measured paths changed since its commit; ``notes`` say, for the
+    listed files, what changed since the commit their machine record names. Compares content (``git diff COMMIT``),
+    so a recorded commit that is not an ancestor of HEAD (a rebased branch) is judged by what it measured."""
+    names = figure_sources(results_dir) if names is None else names
+    failures: list[str] = []
+    notes: list[str] = []
+    rc, out = _git(root, "rev-parse", "--is-shallow-repository")
+    if rc != 0:
+        return [f"{root}: not a git checkout ({out.splitlines()[0] if out else 'git failed'}): the staleness check "
+                "compares each results file's recorded commit with the code here and needs the repository"], []
+    if out == "true":
+        return [f"{root}: a shallow clone: the staleness check compares each results file's recorded commit with the "
+                "code here and needs the history; fetch it (`git fetch --unshallow`) and run the check again"], []
+    _, head = _git(root, "rev-parse", "HEAD")
+    for name in names:
+        rel = f"bench/results/{name}.json"
+        data = json.loads((Path(results_dir) / f"{name}.json").read_text(encoding="utf-8"))
+        prov = data.get("provenance")
+        if prov is None:
+            if name not in NOT_YET_RECORDED:
+                failures.append(f"{rel}: no provenance (commit, dirty flag, code paths): re-record it with its bench "
+                                "script (bench/common.py's write_json records them)")
+                continue
+            m = data.get("machine") or {}
+            short = m.get("git_commit") or data.get("commit") or (data.get("git") or {}).get("commit")
+            code = _declared_code(root, name)
+            rc_c, commit = _git(root, "rev-parse", "--verify", "-q", f"{short}^{{commit}}") if short else (1, "")
+            if not code or rc_c != 0:
+                notes.append(f"{rel}: not re-recorded yet ({NOT_YET_RECORDED[name]}); its commit or code paths are "
+                             "unknown")
+                continue
+            changed = _changed(root, commit, code)
+            notes.append(f"{rel}: not re-recorded yet ({NOT_YET_RECORDED[name]}); "
+                         + (f"since {short[:7]}, {len(changed)} measured path(s) changed: {', '.join(changed[:6])}"
+                            + (" …" if len(changed) > 6 else "") if changed else
+                            f"no measured path changed since {short[:7]}"))
+            continue
+        if name in NOT_YET_RECORDED:
+            failures.append(f"{rel}: has a provenance now: take '{name}' off NOT_YET_RECORDED in bench/render.py")
+        records = [(rel, prov)]
+        for part in prov.get("parts") or []:  # parts measured at different times, each with its own provenance
+            sub = (data.get(part) or {}).get("provenance") if isinstance(data.get(part), dict) else None
+            if sub is None:
+                failures.append(f"{rel}: part '{part}' has no provenance of its own: re-record it")
+                continue
+            records.append((f"{rel} (part '{part}')", sub))
+        for where, p in records:
+            failures += _judge(root, head, where, p)
+    return failures, notes
 
 
 def write_all(root: Path = ROOT, results_dir: Path = RESULTS) -> list[Path]:
@@ -1282,13 +1580,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=ROOT, help="checkout holding README.md and bench/RESULTS.md")
     args = ap.parse_args(argv)
     if args.check:
-        messages = check(args.root, args.results)
-        for m in messages:
+        messages = check(args.root, args.results, stale=False)
+        failures, notes = stale_results(args.root, args.results)
+        for m in messages + failures:
             print(m)
+        for n in notes:
+            print(f"note: {n}")
         if messages:
             print(f"{len(messages)} figure region(s) differ from {args.results}: run `python bench/render.py`.", file=sys.stderr)
+        if failures:
+            print(f"{len(failures)} results file(s) cannot back their figures: re-record them.", file=sys.stderr)
+        if messages or failures:
             return 1
-        print(f"every figure region of {', '.join(FILES)} matches {args.results}.")
+        print(f"every figure region of {', '.join(FILES)} matches {args.results}, and every results file behind them "
+              "measured the code as it is here.")
         return 0
     changed = write_all(args.root, args.results)
     print("rewrote " + (", ".join(str(p.relative_to(args.root)) for p in changed) if changed else "nothing (already current)"))

@@ -24,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from common import RESULTS_DIR, machine_info, render_all  # noqa: E402
+from common import RESULTS_DIR, render_all, write_json  # noqa: E402
 
 
 def _warm_model() -> str:
@@ -61,10 +61,19 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, float,
     return r.returncode, time.monotonic() - t, (r.stdout + r.stderr)[-3000:]
 
 
+FAULTS_CODE = ("tests/faults", "tests/conftest.py", "flows", "prl_cli", "prl/training", "prl/evaluation", "prl/store",
+               "prl/generation", "prl/grading", "prl/models", "prl_core", "sql/schema.sql", "sql/queries.sql")
+"""The code the fault suite's kill chains measure (bench/results/faults.json's provenance): the chains themselves
+(tests/faults) and everything they kill and recover — training, evaluation, the pipeline's flows, the store."""
+
+RUN_ALL_CODE = ("bench/run_all.py",)
+"""bench/results/run_all.json (each benchmark's exit status and time in the last run; no figure comes from it)."""
+
+
 def collect_faults() -> None:
     """Copy the kill chains' records (artifacts/faults/*.json, written by tests/faults) into results/faults.json."""
     chains = [json.loads(p.read_text()) for p in sorted((ROOT / "artifacts" / "faults").glob("*.json"))]
-    (RESULTS_DIR / "faults.json").write_text(json.dumps({"machine": machine_info(), "chains": chains}, indent=2) + "\n")
+    write_json("faults", {"chains": chains}, code=FAULTS_CODE)
 
 
 def _render() -> None:
@@ -108,8 +117,7 @@ def main() -> int:
             collect_faults()
     previous = json.loads((RESULTS_DIR / "run_all.json").read_text()) if (RESULTS_DIR / "run_all.json").exists() else {}
     status = {**previous.get("benchmarks", {}), **status}  # a partial run (--only) keeps the others' status
-    (RESULTS_DIR / "run_all.json").write_text(json.dumps({"machine": machine_info(), "full": args.full,
-                                                          "benchmarks": status}, indent=2) + "\n")
+    write_json("run_all", {"full": args.full, "benchmarks": status}, code=RUN_ALL_CODE)
     _render()
     return 0 if all(s["returncode"] == 0 for s in status.values()) else 1
 

@@ -29,7 +29,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from common import RESULTS_DIR, machine_info, render_all  # noqa: E402
+from common import machine_info, render_all, write_json  # noqa: E402
+
+CODE = ("bench/smollm2_train.py", "prl/training", "prl/models", "prl/generation", "prl/grading", "prl_core",
+        "prl/evaluation", "prl/store", "prl_cli/train.py", "prl_cli/model.py", "configs/train/tiny_prl.yaml")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
 
 PRL = [sys.executable, "-m", "prl_cli"]
 CONFIG = str(ROOT / "configs" / "train" / "tiny_prl.yaml")
@@ -92,8 +97,7 @@ def main() -> int:
         })
         out["within_tolerance"] = abs(out["ratio"] - 1) <= out["tolerance"]
         out["created_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
-        path = RESULTS_DIR / "smollm2_train.json"
-        path.write_text(json.dumps(out, indent=2) + "\n")
+        path = write_json("smollm2_train", out, code=CODE)
         print(f"plan {plan['peak_gib']:.2f} GiB ({plan['peak_phase']}), measured {measured[peak_phase]:.2f} GiB "
               f"({peak_phase}): ratio {out['ratio']:.3f}; train {s_train / 60:.1f} min; written {path}")
         render_all()

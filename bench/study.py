@@ -30,6 +30,11 @@ sys.path.insert(0, str(ROOT))
 
 from common import machine_info, render_all, write_json  # noqa: E402
 
+CODE = ("bench/study.py", "prl/studies", "flows", "prl/training", "prl/evaluation", "prl/generation", "prl/grading",
+        "prl_core", "prl/store", "prl_cli/study.py", "configs/study/embedded.yaml")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
+
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
 
 
@@ -59,7 +64,7 @@ def record(config: str, out: Path, study_id: str, seconds: float | None, machine
     total = seconds if seconds is not None else ph["warm_start"] + ph["jobs"]
     write_json("study", {"config": str(Path(config).resolve().relative_to(ROOT)), "seconds": round(total, 1),
                          "phases": ph, "machine": machine,
-                         "commit": report.get("manifest", {}).get("git", {}).get("commit"), "report": report})
+                         "commit": report.get("manifest", {}).get("git", {}).get("commit"), "report": report}, code=CODE)
     render_all()
     print(f"[study] {total / 60:.1f} min; bench/results/study.json written", file=sys.stderr)
 

@@ -26,6 +26,11 @@ from pathlib import Path
 from common import machine_info, render_all, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
+
+CODE = ("bench/suite.py", "tests", "prl", "prl_core", "flows", "prl_cli", "dashboard", "sql", "configs", "scripts",
+        "pyproject.toml")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
 TARGET_S = 20 * 60
 """Issue 14's bound for the whole suite on a development machine (2 cores)."""
 
@@ -99,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         "by_file": [{"file": f, "seconds": round(s, 1)}
                     for f, s in sorted(by_file.items(), key=lambda kv: -kv[1])[:12]],
     }
-    path = write_json("suite", doc)
+    path = write_json("suite", doc, code=CODE)
     print(f"suite: {counts['passed']} passed, {counts['failures'] + counts['errors']} failed, {counts['skipped']} "
           f"skipped in {seconds / 60:.1f} min (target {TARGET_S // 60} min) -> {path}")
     render_all()

@@ -33,6 +33,10 @@ from common import machine_info, write_json  # noqa: E402
 from prl.data.datasets import BENCHMARKS, gold_flag, load_dataset  # noqa: E402
 from prl.grading.verifier import VerifierPool  # noqa: E402
 
+CODE = ("bench/verifier_forms.py", "prl/grading/verifier.py", "prl/data/datasets.py", "prl/data/benchmarks")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
+
 
 # ─── the forms: gold (and problem text) → the gold rewritten, or None where the form does not apply ──
 
@@ -225,7 +229,7 @@ def main(argv=None) -> dict:
         "flagged_golds": flags,
     }
     if args.limit is None:
-        print(f"wrote {write_json('verifier_forms', results)}")
+        print(f"wrote {write_json('verifier_forms', results, code=CODE)}")
     return results
 
 

@@ -30,6 +30,10 @@ from common import machine_info, render_all, write_json  # noqa: E402
 from prl.data.datasets import BENCHMARKS, load_dataset  # noqa: E402
 from prl.grading.verifier import VerifierPool, verify_one  # noqa: E402
 
+CODE = ("bench/verify.py", "prl/grading/verifier.py", "prl/data/datasets.py", "prl/data/benchmarks")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
+
 REASONING = ["Let us compute step by step.", "First we simplify the expression.", "We substitute the values.",
              "Therefore, combining the cases,", "Checking the boundary conditions gives"]
 
@@ -87,7 +91,7 @@ def main(argv=None) -> dict:
         "verdicts": dict(Counter(v.verdict for v in sequential)), "pool_stats": stats,
     }
     if args.limit is None:
-        write_json("verify", results)
+        write_json("verify", results, code=CODE)
         print("re-rendered " + ", ".join(p.name for p in render_all()))
     return results
 

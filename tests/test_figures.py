@@ -1,15 +1,21 @@
 """Figures that cannot drift (issue 14): every figure of README.md and bench/RESULTS.md is rendered
 from bench/results/*.json by bench/render.py, and a committed figure that differs from its results
-file fails here. The tests never touch the committed files: they work on copies under tmp_path."""
+file fails here. Figures that cannot go stale (issue 28): every results file records its commit, a
+dirty flag and the code it measures, and the check fails once that code changes (tested on git
+repositories the tests build). The tests never touch the committed files: they work on copies under
+tmp_path."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -85,8 +91,9 @@ def test_a_changed_number_fails_the_check_naming_the_file_and_the_figure(results
 
 
 def test_a_changed_number_deep_in_a_table_is_caught_too(results_copy):
-    _edit(results_copy / "store_10m.json", lambda d: d["queries"]["list_runs"].update(p95_ms=281.0))
-    messages = render.check(ROOT, results_copy)
+    query = next(iter(json.loads((results_copy / "store_10m.json").read_text())["queries"]))
+    _edit(results_copy / "store_10m.json", lambda d: d["queries"][query].update(p95_ms=281.0))
+    messages = render.check(ROOT, results_copy, stale=False)
     names = {m.split("figure '")[1].split("'")[0] for m in messages if "figure '" in m}
     assert names == {"store_10m", "summary", "performance", "reliability"}
     assert all("bench/results/store_10m.json" in m for m in messages)
@@ -100,19 +107,20 @@ def test_rendering_is_deterministic_and_idempotent(tree_copy):
         assert once == twice == text  # committed text is the rendering, and rendering it again changes nothing
     # a stale region is rewritten in place, and only the region
     readme = tree_copy / "README.md"
-    stale = readme.read_text(encoding="utf-8").replace("p95 ≤ 72 ms", "p95 ≤ 999 ms")
-    readme.write_text(stale, encoding="utf-8")
-    assert render.check(tree_copy, RESULTS)
+    text = readme.read_text(encoding="utf-8")
+    figure = re.search(r"p95 ≤ \d+ ms", text).group(0)  # a figure inside a region (the store's worst query)
+    readme.write_text(text.replace(figure, "p95 ≤ 99999 ms"), encoding="utf-8")
+    assert render.check(tree_copy, RESULTS, stale=False)
     assert render.write_all(tree_copy, RESULTS) == [readme]
     assert readme.read_bytes() == (ROOT / "README.md").read_bytes()
-    assert render.check(tree_copy, RESULTS) == []
+    assert render.check(tree_copy, RESULTS, stale=False) == []
 
 
 def test_a_missing_or_unclosed_region_is_reported(tree_copy):
     readme = tree_copy / "README.md"
     text = readme.read_text(encoding="utf-8")
     readme.write_text(text.replace("<!-- /figures:demo -->", ""), encoding="utf-8")
-    messages = render.check(tree_copy, RESULTS)
+    messages = render.check(tree_copy, RESULTS, stale=False)
     assert any("'demo' is missing" in m for m in messages)
     assert any("'demo' has no closing" in m for m in messages)
     with pytest.raises(SystemExit):
@@ -136,11 +144,14 @@ def test_figures_from_different_machines_are_flagged(results_copy):
     assert ("Mixed machines" in real) == (len(cpus) > 1)
 
 
-def test_machine_label_shows_cpu_cores_affinity_and_steal():
+def test_machine_label_shows_cpu_cores_affinity_steal_and_load():
     m = {"cpu": "X CPU", "cores": 8, "affinity_cores": 2, "memory_gib": 31.2, "steal_share": 0.125, "gpu": None,
          "git_commit": "abc1234", "date": "2026-12-01 00:00:00"}
     assert render.machine_label(m) == "X CPU, 2 of 8 cores"
     assert render.machine_detail(m) == "X CPU, 2 of 8 cores, 12.5% CPU steal, commit abc1234, 2026-12-01 00:00:00"
+    m["load_average"] = {"start": [3.04, 2.0, 1.0], "end": [0.46, 1.0, 1.0]}
+    assert render.machine_detail(m) == ("X CPU, 2 of 8 cores, 12.5% CPU steal, load average 3.0 at the start, 0.5 at "
+                                        "the end, commit abc1234, 2026-12-01 00:00:00")
     assert render.machine_label({"cpu": "AMD EPYC", "cores": 2}) == "AMD EPYC, 2 cores"  # results from before issue 14
 
 
@@ -209,7 +220,8 @@ def test_the_demo_region_refuses_percentages_where_fractions_are_expected(result
 def test_machine_info_records_the_machine():
     common = _load("common")
     m = common.machine_info(steal_window_s=0.2)
-    for key in ("cpu", "cores", "affinity_cores", "memory_gib", "steal_share", "gpu", "torch", "python", "git_commit", "date"):
+    for key in ("cpu", "cores", "affinity_cores", "memory_gib", "steal_share", "load_average", "gpu", "torch", "python",
+                "git_commit", "date"):
         assert key in m, key
     assert isinstance(m["cpu"], str) and m["cpu"]
     assert isinstance(m["cores"], int) and m["cores"] >= 1
@@ -218,16 +230,28 @@ def test_machine_info_records_the_machine():
     assert m["steal_share"] is None or 0.0 <= m["steal_share"] <= 1.0
     if Path("/proc/stat").exists():  # Linux: every field is readable here
         assert m["affinity_cores"] is not None and m["memory_gib"] is not None and m["steal_share"] is not None
+        assert m["load_average"]["end"] == pytest.approx(list(os.getloadavg()), abs=5.0)
+        assert len(m["load_average"]["start"]) == 3
     json.dumps(m)  # goes into a results file as is
 
 
-def test_write_json_adds_the_machine(tmp_path, monkeypatch):
+def test_write_json_adds_the_machine_and_the_provenance(tmp_path, monkeypatch):
     common = _load("common")
     monkeypatch.setattr(common, "RESULTS_DIR", tmp_path)
     monkeypatch.setattr(common, "steal_share", lambda window_s=0.5: None)
-    path = common.write_json("x", {"figure": 1})
+    path = common.write_json("x", {"figure": 1}, code=["bench/render.py", "bench/common.py"])
     data = json.loads(path.read_text())
     assert data["figure"] == 1 and data["machine"]["cores"] >= 1 and "steal_share" in data["machine"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    prov = data["provenance"]
+    assert prov["commit"] == head and prov["code"] == ["bench/common.py", "bench/render.py"]
+    assert isinstance(prov["dirty"], bool)
+    with pytest.raises(ValueError, match="not in the repository: prl/no_such_module.py"):
+        common.write_json("y", {}, code=["bench/common.py", "prl/no_such_module.py"])
+    with pytest.raises(ValueError, match="no code paths"):
+        common.write_json("y", {}, code=[])
+    with pytest.raises(ValueError, match="parts without their own provenance: b"):
+        common.write_json("y", {"a": {"provenance": {}}, "b": {}}, code=["bench/common.py"], parts=["a", "b"])
 
 
 def test_the_suite_record_reads_pytests_own_junit_report(tmp_path):
@@ -254,3 +278,194 @@ def test_the_suite_record_reads_pytests_own_junit_report(tmp_path):
     assert set(ids) == {"tests/test_a.py::test_ok", "tests/test_a.py::test_bad", "tests/test_a.py::test_skipped",
                         "tests/test_a.py::TestGroup::test_in_class", "tests/faults/test_b.py::test_slow"}
     assert max(ids, key=ids.get) == "tests/faults/test_b.py::test_slow"
+
+
+# ─── figures that cannot go stale (issue 28) ──────────────────────────────────────────────────────
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+
+BENCH_SCRIPT = """import sys
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_json
+
+CODE = ("bench/x.py", "pkg")
+# a machine of its own: machine_info (torch, a steal window) is tested on its own
+write_json("x", {"machine": {"cpu": "test", "load_average": {"start": [0, 0, 0], "end": None}}, "value": 1}, code=CODE)
+"""
+
+
+def _git(repo: Path, *args: str) -> str:
+    r = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, env={**os.environ, **GIT_ENV})
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def _commit(repo: Path, files: dict[str, str], message: str) -> str:
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", message)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repository with a measured package, a bench script that records it with the real bench/common.py,
+    and an unrelated document; results go to bench/results (ignored, as results of a run not yet committed)."""
+    r = tmp_path / "repo"
+    r.mkdir()
+    _git(r, "init", "-q", "-b", "main")
+    _commit(r, {"pkg/mod.py": "X = 1\n", "docs/notes.md": "notes\n", "bench/x.py": BENCH_SCRIPT,
+                "bench/common.py": (BENCH / "common.py").read_text(), ".gitignore": "bench/results/\n__pycache__/\n"},
+            "first")
+    return r
+
+
+def _record(repo: Path) -> dict:
+    subprocess.run([sys.executable, "bench/x.py"], cwd=repo, check=True, timeout=120)
+    return json.loads((repo / "bench/results/x.json").read_text())
+
+
+def _stale(repo: Path, names=("x",)) -> tuple[list[str], list[str]]:
+    return render.stale_results(repo, repo / "bench" / "results", list(names))
+
+
+def test_a_results_file_records_its_commit_dirty_flag_and_code(repo):
+    data = _record(repo)
+    prov = data["provenance"]
+    assert prov["commit"] == _git(repo, "rev-parse", "HEAD") and prov["dirty"] is False and prov["dirty_paths"] == []
+    assert prov["code"] == ["bench/x.py", "pkg"] and prov["command"] == "python bench/x.py"
+    assert data["machine"]["load_average"]["end"] is not None
+    assert _stale(repo) == ([], [])
+    # an uncommitted change to a measured path: the recording says so, and the check refuses it
+    (repo / "pkg" / "mod.py").write_text("X = 2\n")
+    (repo / "pkg" / "new.py").write_text("Y = 1\n")  # untracked counts too
+    prov = _record(repo)["provenance"]
+    assert prov["dirty"] is True and prov["dirty_paths"] == ["pkg/mod.py", "pkg/new.py"]
+    failures, _ = _stale(repo)
+    assert len(failures) == 1 and failures[0].startswith("bench/results/x.json: recorded with uncommitted changes")
+    assert "pkg/mod.py, pkg/new.py" in failures[0]
+    # an uncommitted change to an unrelated path is not the measured code's
+    _git(repo, "checkout", "-q", "--", "pkg/mod.py")
+    (repo / "pkg" / "new.py").unlink()
+    (repo / "docs" / "notes.md").write_text("edited\n")
+    assert _record(repo)["provenance"]["dirty"] is False and _stale(repo) == ([], [])
+
+
+def test_a_change_to_a_measured_path_after_the_recorded_commit_fails_the_check(repo):
+    _record(repo)
+    _commit(repo, {"docs/notes.md": "more notes\n"}, "an unrelated change")
+    assert _stale(repo) == ([], [])  # nothing it measures changed
+    (repo / "pkg" / "mod.py").write_text("X = 3\n")
+    failures, _ = _stale(repo)
+    assert failures and "bench/results/x.json: stale" in failures[0] and "pkg/mod.py (uncommitted)" in failures[0]
+    _commit(repo, {}, "change the measured module")
+    failures, _ = _stale(repo)
+    assert len(failures) == 1 and failures[0].startswith("bench/results/x.json: stale: the code it measures changed")
+    assert "pkg/mod.py" in failures[0] and "(uncommitted)" not in failures[0] and "python bench/x.py" in failures[0]
+    _commit(repo, {"pkg/mod.py": "X = 1\n"}, "change it back")  # the content measured is the content here again
+    assert _stale(repo) == ([], [])
+    _commit(repo, {"bench/x.py": BENCH_SCRIPT + "# edited\n"}, "edit the bench script")
+    assert "bench/x.py" in _stale(repo)[0][0]  # the script is part of what it measured
+
+
+def test_a_recorded_commit_that_is_not_an_ancestor_is_judged_by_content(repo):
+    _git(repo, "checkout", "-q", "-b", "side")
+    _commit(repo, {"docs/notes.md": "on a side branch\n"}, "side")
+    _record(repo)  # recorded on the side branch, which is then dropped (a rebase, a squash)
+    _git(repo, "checkout", "-q", "main")
+    _commit(repo, {"docs/other.md": "x\n"}, "main moves on")
+    assert subprocess.run(["git", "merge-base", "--is-ancestor", "side", "HEAD"], cwd=repo).returncode == 1
+    assert _stale(repo) == ([], [])  # the measured paths are the same here
+    _commit(repo, {"pkg/mod.py": "X = 4\n"}, "main changes the module")
+    failures, _ = _stale(repo)
+    assert len(failures) == 1 and "not an ancestor of HEAD" in failures[0] and "pkg/mod.py" in failures[0]
+
+
+def test_a_commit_the_clone_lacks_and_a_shallow_clone_fail_with_a_message(repo, tmp_path):
+    data = _record(repo)
+    data["provenance"]["commit"] = "0" * 40
+    (repo / "bench/results/x.json").write_text(json.dumps(data))
+    failures, _ = _stale(repo)
+    assert len(failures) == 1 and "which this clone does not have" in failures[0]
+    _commit(repo, {"pkg/mod.py": "X = 5\n"}, "second")
+    shallow = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow)], check=True,
+                   env={**os.environ, **GIT_ENV})
+    (shallow / "bench" / "results").mkdir(parents=True)
+    (shallow / "bench/results/x.json").write_text(json.dumps(_record(repo)))
+    failures, _ = render.stale_results(shallow, shallow / "bench" / "results", ["x"])
+    assert len(failures) == 1 and "a shallow clone" in failures[0] and "git fetch --unshallow" in failures[0]
+    nogit = tmp_path / "export"
+    (nogit / "bench" / "results").mkdir(parents=True)
+    (nogit / "bench/results/x.json").write_text(json.dumps(_record(repo)))
+    failures, _ = render.stale_results(nogit, nogit / "bench" / "results", ["x"])
+    assert len(failures) == 1 and "not a git checkout" in failures[0]
+
+
+def test_a_results_file_without_provenance_fails_unless_listed_and_a_listed_one_with_it_fails(repo, monkeypatch):
+    data = _record(repo)
+    prov = data.pop("provenance")
+    data["machine"]["git_commit"] = prov["commit"][:7]
+    (repo / "bench/results/x.json").write_text(json.dumps(data))
+    failures, _ = _stale(repo)
+    assert len(failures) == 1 and failures[0].startswith("bench/results/x.json: no provenance")
+    monkeypatch.setattr(render, "NOT_YET_RECORDED", {"x": "not re-recorded yet"})
+    monkeypatch.setattr(render, "WRITERS", {"x": ("bench/x.py", "CODE")})
+    assert _stale(repo) == ([], ["bench/results/x.json: not re-recorded yet (not re-recorded yet); no measured path "
+                                 f"changed since {prov['commit'][:7]}"])
+    _commit(repo, {"pkg/mod.py": "X = 6\n"}, "change the module")
+    assert "1 measured path(s) changed: pkg/mod.py" in _stale(repo)[1][0]  # the note says what changed since
+    _record(repo)  # re-recorded: the list entry must go
+    failures, _ = _stale(repo)
+    assert failures == ["bench/results/x.json: has a provenance now: take 'x' off NOT_YET_RECORDED in bench/render.py"]
+
+
+def test_each_part_of_a_results_file_measured_apart_is_judged_by_its_own_provenance(repo):
+    data = _record(repo)
+    old = dict(data["provenance"])
+    _commit(repo, {"pkg/mod.py": "X = 7\n"}, "change the module")
+    new = _record(repo)["provenance"]
+    data.update(a={"provenance": old}, b={"provenance": new})
+    data["provenance"] = {**new, "parts": ["a", "b"]}
+    (repo / "bench/results/x.json").write_text(json.dumps(data))
+    failures, _ = _stale(repo)
+    assert len(failures) == 1 and failures[0].startswith("bench/results/x.json (part 'a'): stale")
+    del data["b"]["provenance"]
+    (repo / "bench/results/x.json").write_text(json.dumps(data))
+    assert any("part 'b' has no provenance" in f for f in _stale(repo)[0])
+
+
+def _bench_writers() -> dict[str, Path]:
+    """Every bench script that writes a results file (calls write_json)."""
+    return {p.stem: p for p in sorted(BENCH.glob("*.py")) if "write_json(" in p.read_text() and p.stem != "common"}
+
+
+def test_every_bench_script_declares_the_code_it_measures():
+    for stem, path in _bench_writers().items():
+        with warnings.catch_warnings():  # a script's own invalid escapes are not this test's subject
+            warnings.simplefilter("ignore", (DeprecationWarning, SyntaxWarning))
+            tree = ast.parse(path.read_text())
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "write_json"]
+        assert calls and all(any(k.arg == "code" for k in c.keywords) for c in calls), stem
+        for var in {k.value.id for c in calls for k in c.keywords if k.arg == "code"}:
+            code = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                        and any(getattr(t, "id", None) == var for t in n.targets))
+            missing = [c for c in code if not (ROOT / c).exists()]
+            assert not missing, (stem, var, missing)
+            if var == "CODE":
+                assert f"bench/{stem}.py" in code, (stem, "a bench script measures itself too")
+                assert len(code) > 1, (stem, "the modules under test, not just the script")
+
+
+def test_every_results_file_behind_a_figure_has_a_declared_writer():
+    for name in render.figure_sources(RESULTS):
+        code = render._declared_code(ROOT, name)
+        assert code, f"{name}: no CODE declaration found in {render.WRITERS.get(name, (f'bench/{name}.py',))[0]}"
+        data = json.loads((RESULTS / f"{name}.json").read_text())
+        if "provenance" in data:  # what the file recorded is what its writer declares now
+            assert sorted(data["provenance"]["code"]) == sorted(dict.fromkeys(code)), name
+    assert not set(render.NOT_YET_RECORDED) - set(render.figure_sources(RESULTS))  # no entry for a file not shown
