@@ -64,6 +64,29 @@ def prefect_harness():
         yield
 
 
+@pytest.fixture(scope="session")
+def small_demo(prefect_harness, tmp_path_factory):
+    """`prl demo --small`, run once per session uninterrupted against the session's Prefect API:
+    {"out": its directory (named demo: the run ids derive from it), "result": the completed process, "seconds",
+    "env": the environment it ran in}. tests/test_demo.py checks what it stores and prints; the pipeline kill
+    chain (tests/faults/test_kill_pipeline.py) compares its killed runs with it, in the same environment."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from prefect.settings import PREFECT_API_URL
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                              "MASTER_PORT", "LOCAL_WORLD_SIZE", "PRL_FAULT_POINT")}
+    env["PREFECT_API_URL"] = PREFECT_API_URL.value()
+    out = tmp_path_factory.mktemp("small-demo") / "demo"
+    t = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--no-progress"],
+                            cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=850)
+    return {"out": out, "result": result, "seconds": round(time.monotonic() - t, 1), "env": env}
+
+
 @pytest.fixture
 def prefect_api_env(prefect_harness, monkeypatch):
     """The session's Prefect API in ``os.environ["PREFECT_API_URL"]`` for one test, so that its CLI

@@ -10,10 +10,6 @@ whose figures agree with the store.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,20 +17,11 @@ from prl.evaluation.report import run_scores
 from prl.manifest import MANIFEST_KEYS
 from prl.store.db import Store
 
-ROOT = Path(__file__).resolve().parents[1]
-DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
-
 
 @pytest.mark.e2e
 @pytest.mark.timeout(900)
-def test_small_demo_writes_its_store_and_result_file(tmp_path, prefect_harness):
-    from prefect.settings import PREFECT_API_URL
-
-    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
-    env["PREFECT_API_URL"] = PREFECT_API_URL.value()
-    out = tmp_path / "demo"
-    r = subprocess.run([sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--no-progress"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=850)
+def test_small_demo_writes_its_store_and_result_file(small_demo):
+    out, r = small_demo["out"], small_demo["result"]  # `prl demo --small`, run once per session (tests/conftest.py)
     assert r.returncode == 0, r.stderr[-4000:]
     assert f"open the dashboard:  prl dashboard --db {out / 'store.duckdb'}" in r.stdout
 

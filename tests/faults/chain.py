@@ -293,6 +293,16 @@ def write_report(record: dict[str, Any]) -> None:
         print(f"[faults] {record['name']}: {m}")
 
 
+def write_reproducibility(record: dict[str, Any]) -> None:
+    """A same-seed comparison of two uninterrupted runs: ``artifacts/reproducibility/<name>.json`` (bench/run_all.py
+    collects them into bench/results/reproducibility.json)."""
+    directory = REPORT_DIR.parent / "reproducibility"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{record['name']}.json").write_text(json.dumps(record, indent=2, default=str))
+    print(f"\n[reproducibility] {record['name']}: {record['values_differ']} of {record['rows_compared']} rows different "
+          f"by value; {len(record['mismatches'])} files or tensors different")
+
+
 def run_reference(cmd: list[str], env: dict[str, str], timeout: float = 900) -> float:
     """Run ``cmd`` uninterrupted; asserts it exits 0; returns its seconds."""
     rc, err, ran = _run(cmd, env, timeout=timeout)

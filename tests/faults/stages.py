@@ -27,7 +27,7 @@ TRAIN_POINTS = ("train/step_start", "train/update_done", "train/checkpoint_writt
                 "train/store_write")
 EVAL_POINTS = ("eval/generate", "eval/shard_written", "store/insert_samples")
 KINDS = {
-    "train/step_start": "a step after a checkpoint, before its rollouts",
+    "train/step_start": "a step started, before its rollouts",
     "train/update_done": "between an update and its checkpoint",
     "train/checkpoint_written": "checkpoint files written, `latest` not yet moved",
     "train/checkpoint_saved": "checkpoint committed, its export not yet written",
@@ -121,8 +121,9 @@ def train_stage(state: dict[str, Any], sched: Schedule) -> str:
 
 def _in_flight(stored: int, latest: int, sched: Schedule) -> str:
     nxt = stored + 1
-    where = "before the first checkpoint" if not latest else f"after checkpoint {latest}"
-    return (f"{where}: {stored - latest} step(s) stored past it, step {nxt} in flight"
+    where = f"before the first checkpoint: {stored} step(s) stored" if not latest else (
+        f"after checkpoint {latest}: {stored - latest} step(s) stored past it")
+    return (f"{where}, step {nxt} in flight"
             + (" (a checkpoint step, not checkpointed)" if sched.is_checkpoint(nxt) else ""))
 
 
@@ -145,7 +146,9 @@ def aimed_train_stage(point: str, step: int, sched: Schedule) -> str:
 def train_aim(point: str, step: int, sched: Schedule, delay: float = 0.0, *, stage_prefix: str = "") -> Aim:
     """The fault spec of a kill at ``point`` of step ``step`` (an evaluation point: that step's evaluation)."""
     key = eval_run_id(sched.run_id, step) if point in EVAL_POINTS else f"{sched.run_id}/{step}"
-    return Aim(f"{point}@{key}" + (f"+{delay}" if delay else ""), stage_prefix + KINDS[point],
+    kind = KINDS[point] if point != "train/update_done" or sched.is_checkpoint(step) else (
+        "between an update and its store write (a step without a checkpoint)")
+    return Aim(f"{point}@{key}" + (f"+{delay}" if delay else ""), stage_prefix + kind,
                stage_prefix + aimed_train_stage(point, step, sched))
 
 
@@ -168,10 +171,19 @@ def train_timeline(sched: Schedule) -> list[tuple[int, str]]:
 def random_train_aims(sched: Schedule, rng: random.Random, k: int, *, stage_prefix: str = "",
                       first_step: int = 1) -> list[Aim]:
     """``k`` kills at distinct seeded random points of the timeline, in the order a run reaches them (each is
-    reached by the resumed run: it comes later than the kill before it). Generation kills come 0.3 s into the
+    reached by the resumed run: it comes later than the kill before it): as many distinct kinds of point as
+    ``k`` allows, drawn at random, each at a random step where it occurs. Generation kills come 0.3 s into the
     generation."""
     line = [(s, p) for s, p in train_timeline(sched) if s >= first_step]
-    picks = sorted(rng.sample(range(len(line)), min(k, len(line))))
+    by_kind: dict[str, list[int]] = {}
+    for i, (_s, p) in enumerate(line):
+        by_kind.setdefault(p, []).append(i)
+    picks: set[int] = set()
+    for kind in rng.sample(sorted(by_kind), min(k, len(by_kind))):
+        picks.add(rng.choice(by_kind[kind]))
+    while len(picks) < min(k, len(line)):
+        picks.add(rng.randrange(len(line)))
+    picks = sorted(picks)
     return [train_aim(p, s, sched, 0.3 if p == "eval/generate" else 0.0, stage_prefix=stage_prefix)
             for s, p in (line[i] for i in picks)]
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from chain import (KILLS, Aim, Segment, check_record, clean_env, compare_rows, file_digest, kill_chain,
-                   run_reference, store_rows, tensors_equal, write_report)
+from chain import (KILLS, NOT_COMPARED, Aim, Segment, check_record, clean_env, compare_rows, file_digest, kill_chain,
+                   run_reference, store_rows, tensors_equal, write_report, write_reproducibility)
 from stages import Schedule, aimed_eval_stage, eval_stage, random_train_aims, train_aim, train_stage, train_state
 
 from prl.store.db import Store
@@ -46,7 +46,8 @@ def _eval_aims(rng: random.Random | None) -> list[Aim]:
     Long chains: 5 kills at seeded random chunks (strictly later each time), either kind."""
     chunks = EVAL_PROBLEMS // EVAL_CHUNK
     plan = ([(1, "eval/generate"), (2, "store/insert_samples")] if rng is None else
-            sorted((c, rng.choice(["eval/generate", "store/insert_samples"])) for c in rng.sample(range(chunks), 5)))
+            sorted((c, rng.choice(["eval/generate", "store/insert_samples"]))
+                   for c in rng.sample(range(chunks), min(5, chunks))))
     aims, done = [], 0
     for chunk, point in plan:  # chunk: 0-based index in the run; the start after a kill counts from the first unstored
         k = chunk - done + 1
@@ -95,12 +96,12 @@ def _easy_problems(path: Path) -> Path:
     return path
 
 
-def _train_config(model, d: Path) -> Path:
+def _train_config(model, d: Path, engine: str = "vllm") -> Path:
     d.mkdir(parents=True, exist_ok=True)
     data = {"algorithm": {"estimator": "prl", "eta": 10, "step_split": "fixed:8", "n_samples": 4},
             "train": {"model": str(model), "out_dir": str(d / "out"), "db": str(d / "store.duckdb"),
                       "train_data": str(_easy_problems(d / "easy.jsonl")), "run_id": SCHED.run_id, "steps": SCHED.steps,
-                      "prompts_per_step": 4, "max_tokens": 32, "engine": "vllm", "lr": 1e-3, "mini_batch_size": 8,
+                      "prompts_per_step": 4, "max_tokens": 32, "engine": engine, "lr": 1e-3, "mini_batch_size": 8,
                       "micro_batch_size": 4, "checkpoint_every": SCHED.checkpoint_every, "eval_every": SCHED.eval_every,
                       "eval_datasets": ["synth_test"], "eval_limit": 6, "eval_n": 2, "segments_per_step": 2, "seed": 0,
                       "verifier_workers": 1, "threads": 1}}
@@ -111,6 +112,9 @@ def _train_config(model, d: Path) -> Path:
 
 def _train_cmd(cfg: Path) -> list[str]:
     return [sys.executable, "-m", "prl.training.train", "--config", str(cfg), "--resume", "--no-progress"]
+
+
+TRAINED_FILES = "the policy, every export and the checkpoint tags (sha256 of the weights files); the latest checkpoint's module (tensor by tensor, bitwise)"
 
 
 def trained_files(out: Path) -> dict[str, Any]:
@@ -159,6 +163,29 @@ def _train_ci_aims() -> list[Aim]:
             train_aim("train/store_write", 4, SCHED), train_aim("eval/generate", 4, SCHED)]
 
 
+@pytest.mark.timeout(900)
+def test_training_twice_with_one_seed_is_bit_identical(train_reference, tmp_path):
+    """The same config and seed trained again, uninterrupted, in a fresh process on this machine: every stored row
+    equal by value (rollouts, segments, training metrics but the measured time/ and memory/ ones, the periodic and
+    final evaluations' samples), the policy, each export and the latest checkpoint's module bit-identical. (The
+    kill chain below compares a third run, killed at each stage and resumed, with the same reference.)"""
+    ref = train_reference
+    d = tmp_path / "again"
+    seconds = run_reference(_train_cmd(_train_config(ref["model"], d)), ref["env"])
+    measured = compare_rows(d / "store.duckdb", ref["rows"])
+    mismatches = compare_trained(d / "out", ref["files"])
+    record = {"name": "train_twice", "what": "the training run of the kill chain, run twice uninterrupted",
+              "reference_s": round(ref["seconds"], 1), "seconds": round(seconds, 1), "files_compared": TRAINED_FILES,
+              "policy": ref["files"]["policy"],
+              "exports": ref["files"]["exports"], "checkpoint": ref["files"]["latest"],
+              "checkpoint_tensors": len(ref["files"]["module"]), **measured, "mismatches": mismatches,
+              "not_compared": NOT_COMPARED}
+    write_reproducibility(record)
+    assert mismatches == [] and measured["values_differ"] == 0, (mismatches, measured["differences"])
+    assert measured["rows_lost"] == measured["rows_extra"] == measured["duplicates"] == 0, measured
+    assert measured["rows_compared"] > 200 and ref["rows"]["samples"]  # evaluations included
+
+
 @pytest.mark.timeout(1200 + 300 * KILLS)
 def test_train_killed_at_each_stage(train_reference, tmp_path):
     ref = train_reference
@@ -184,5 +211,44 @@ def test_train_killed_at_each_stage(train_reference, tmp_path):
         return Segment(_train_cmd(cfg), aims, derive, final)
 
     record = kill_chain("train", segment, kills=max(KILLS, 1), seed=11, env=ref["env"])
-    write_report({**record, "reference_s": round(ref["seconds"], 1)})
+    write_report({**record, "reference_s": round(ref["seconds"], 1), "files_compared": TRAINED_FILES})
     check_record(record, max(KILLS, 4))
+
+
+@pytest.mark.skipif(not KILLS, reason="the hf engine's same-seed runs (~3 training runs): bench/run_all.py --only faults")
+@pytest.mark.timeout(3600)
+def test_hf_engine_training_twice_and_killed_is_bit_identical(warm_model, tmp_path):
+    """The same with the transformers engine for rollouts and evaluations (its samples are seeded per generate call
+    and batch, not per prompt as vLLM's): an uninterrupted run, the same again, and one killed at each stage of the
+    CI chain and resumed."""
+    model, _ = warm_model
+    env = clean_env(OMP_NUM_THREADS="1")
+    seconds = run_reference(_train_cmd(_train_config(model, tmp_path / "ref", "hf")), env)
+    rows, files = store_rows(tmp_path / "ref" / "store.duckdb"), trained_files(tmp_path / "ref" / "out")
+    steps: dict[int, set[str]] = {}
+    for _run, step, name in rows["train_metrics"]:
+        steps.setdefault(step, set()).add(name)
+    again = run_reference(_train_cmd(_train_config(model, tmp_path / "again", "hf")), env)
+    twice = {**compare_rows(tmp_path / "again" / "store.duckdb", rows),
+             "mismatches": compare_trained(tmp_path / "again" / "out", files)}
+    write_reproducibility({"name": "train_twice_hf", "what": "the same training run with the hf engine, run twice "
+                           "uninterrupted", "reference_s": round(seconds, 1), "seconds": round(again, 1),
+                           "files_compared": TRAINED_FILES, **twice, "not_compared": NOT_COMPARED})
+
+    def segment(i: int, rng: random.Random) -> Segment:
+        d = tmp_path / f"seg{i}"
+        cfg = _train_config(model, d, "hf")
+        db, out = d / "store.duckdb", d / "out"
+
+        def derive():
+            state = train_state(db, out, SCHED, steps)
+            return {"stage": train_stage(state, SCHED), **state}
+
+        return Segment(_train_cmd(cfg), _train_ci_aims(), derive,
+                       lambda: {**compare_rows(db, rows), "mismatches": compare_trained(out, files)})
+
+    record = kill_chain("train_hf", segment, kills=1, seed=11, env=env)
+    write_reproducibility({**record, "what": "the same training run with the hf engine, killed at each stage and "
+                           "resumed", "reference_s": round(seconds, 1), "files_compared": TRAINED_FILES})
+    assert twice["values_differ"] == 0 and twice["mismatches"] == [], twice
+    check_record(record, 4)
