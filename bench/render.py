@@ -721,31 +721,42 @@ def kill_totals(chains: list[dict]) -> dict:
     return s
 
 
+REPRODUCIBILITY_LABELS = {
+    "train_twice": "training run (vLLM rollouts), run twice",
+    "train": "training run (vLLM rollouts), killed and resumed",
+    "train_twice_hf": "training run (hf engine), run twice",
+    "train_hf": "training run (hf engine), killed and resumed",
+    "pipeline": "`prl demo --small`, killed and resumed",
+}
+"""What each same-seed comparison is, by its record's name (tests/faults writes the records)."""
+
+
 def region_reproducibility(res: Results) -> str:
     """README's reproducibility figures: same seed on one machine, run twice (reproducibility.json) and killed at
     named stages and resumed (the train and pipeline chains of faults.json), each against an uninterrupted run."""
     r, f = res.get("reproducibility"), res.get("faults")
-    if r is None and f is None:
+    records = list((r or {}).get("comparisons", [])) + [c for c in (f or {}).get("chains", []) if c.get("files_compared")]
+    if not records:
         return missing("reproducibility", "python bench/run_all.py --only faults")
-
-    def line(what: str, c: dict) -> str:
-        files = c.get("files_compared")
+    order = list(REPRODUCIBILITY_LABELS)
+    records.sort(key=lambda c: order.index(c["name"]) if c["name"] in order else len(order))
+    rows = []
+    for c in records:
         bad = c.get("mismatches") or []
-        return (f"- {what}: {c.get('values_differ', 0)} of {c.get('rows_compared', 0):,} stored rows different by value, "
-                f"{c.get('rows_lost', 0)} missing, {c.get('rows_extra', 0)} extra"
-                + (f"; {files}: " + ("bit-identical" if not bad else f"**{len(bad)} different**") if files else "")
-                + (f" — **{c['failure']}**" if c.get("failure") else "") + ";")
-
-    items = [line(c["what"] + (f" ({c['kills']} kills)" if "kills" in c else ""), c)
-             for c in (r or {}).get("comparisons", [])]
-    for c in (f or {}).get("chains", []):
-        if c.get("files_compared"):
-            items.append(line(f"{c['name']} killed at {len(c.get('stages') or {})} stages ({c['kills']} kills) and "
-                              "resumed, against an uninterrupted run", c))
-    line_m, _ = machines_line(res, ["reproducibility", "faults"])
-    return "\n".join(["Same seed, one machine (not compared by value: the measured times and memory of training "
-                      "metrics and of verification, and what names a directory or a time):", ""]
-                     + (items or ["- nothing recorded yet"]) + ["", line_m])
+        rows.append([REPRODUCIBILITY_LABELS.get(c["name"], c.get("what", c["name"])),
+                     f"{c['kills']} at {len(c.get('stages') or {})} stages" if "kills" in c else "—",
+                     f"{c.get('rows_compared', 0):,}", str(c.get("values_differ", 0)),
+                     f"{c.get('rows_lost', 0)} / {c.get('rows_extra', 0)}",
+                     ("bit-identical" if not bad else f"**{len(bad)} different**")
+                     + (f" — **{c['failure']}**" if c.get("failure") else "")])
+    files = sorted({c["files_compared"] for c in records if c.get("files_compared")}, key=len)
+    line, _ = machines_line(res, ["reproducibility", "faults"])
+    return "\n".join(["Same seed, one machine, each against one uninterrupted run:", ""]
+                     + table(["run", "kills", "rows compared by value", "different", "missing / extra",
+                              "weights and checkpoints"], rows)
+                     + ["", "Bit for bit: " + "; the demo: ".join(files) + ". By value: every stored column but the "
+                        "measured times and memory of training steps and verification, and the paths and times that "
+                        "name a run. " + line])
 
 
 def region_faults(res: Results) -> str:

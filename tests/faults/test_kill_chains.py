@@ -157,12 +157,16 @@ def train_reference(warm_model, tmp_path_factory):
 
 
 def _train_ci_aims() -> list[Aim]:
-    """One kill per stage, in the order a run reaches them: step 4 (a checkpoint step) after its update, its
-    checkpoint written but `latest` not moved, inside its store transaction, then its evaluation."""
-    return [train_aim("train/update_done", 4, SCHED), train_aim("train/checkpoint_written", 4, SCHED),
-            train_aim("train/store_write", 4, SCHED), train_aim("eval/generate", 4, SCHED)]
+    """One kill per stage, in the order a run reaches them: step 4 (a checkpoint step, after checkpoint 2 and the
+    stored step 3) after its update, then inside its store transaction (its checkpoint committed), then during its
+    evaluation. (A checkpoint's files written before `latest` moves, and the checkpoint before its export: the long
+    chains.)"""
+    return [train_aim("train/update_done", 4, SCHED), train_aim("train/store_write", 4, SCHED),
+            train_aim("eval/generate", 4, SCHED)]
 
 
+@pytest.mark.skipif(not KILLS, reason="a second uninterrupted training (~1 min): bench/run_all.py --only faults; in CI "
+                    "the killed-and-resumed run below is the second run compared with the reference")
 @pytest.mark.timeout(900)
 def test_training_twice_with_one_seed_is_bit_identical(train_reference, tmp_path):
     """The same config and seed trained again, uninterrupted, in a fresh process on this machine: every stored row
@@ -212,7 +216,7 @@ def test_train_killed_at_each_stage(train_reference, tmp_path):
 
     record = kill_chain("train", segment, kills=max(KILLS, 1), seed=11, env=ref["env"])
     write_report({**record, "reference_s": round(ref["seconds"], 1), "files_compared": TRAINED_FILES})
-    check_record(record, max(KILLS, 4))
+    check_record(record, max(KILLS, 3))
 
 
 @pytest.mark.skipif(not KILLS, reason="the hf engine's same-seed runs (~3 training runs): bench/run_all.py --only faults")
@@ -251,4 +255,4 @@ def test_hf_engine_training_twice_and_killed_is_bit_identical(warm_model, tmp_pa
     write_reproducibility({**record, "what": "the same training run with the hf engine, killed at each stage and "
                            "resumed", "reference_s": round(seconds, 1), "files_compared": TRAINED_FILES})
     assert twice["values_differ"] == 0 and twice["mismatches"] == [], twice
-    check_record(record, 4)
+    check_record(record, 3)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from chain import (KILLS, Aim, Segment, check_record, clean_env, compare_rows, file_digest, kill_chain, store_rows,
+from chain import (KILLS, Aim, Segment, check_record, compare_rows, file_digest, kill_chain, store_rows,
                    tensors_equal, write_report)
 from stages import Schedule, aimed_eval_stage, eval_stage, random_train_aims, train_aim, train_stage, train_state, warm_stage
 
