@@ -42,7 +42,7 @@ def _eval_cmd(model, db: Path) -> list[str]:
 
 
 def _eval_aims(rng: random.Random | None) -> list[Aim]:
-    """CI: a kill 0.3 s into the second chunk's generation, then one inside the third chunk's store transaction.
+    """CI: a kill 0.1 s into the second chunk's generation, then one inside the third chunk's store transaction.
     Long chains: 5 kills at seeded random chunks (strictly later each time), either kind."""
     chunks = EVAL_PROBLEMS // EVAL_CHUNK
     plan = ([(1, "eval/generate"), (2, "store/insert_samples")] if rng is None else
@@ -51,7 +51,7 @@ def _eval_aims(rng: random.Random | None) -> list[Aim]:
     aims, done = [], 0
     for chunk, point in plan:  # chunk: 0-based index in the run; the start after a kill counts from the first unstored
         k = chunk - done + 1
-        spec = f"{point}@e:{k}" + ("+0.3" if point == "eval/generate" else "")
+        spec = f"{point}@e:{k}" + ("+0.1" if point == "eval/generate" else "")
         aims.append(Aim(spec, "generating a chunk" if point == "eval/generate" else "inside a chunk's store transaction",
                         aimed_eval_stage(chunk)))
         done = chunk

@@ -97,7 +97,7 @@ def compare_demo(out: Path, ref: dict) -> list[str]:
 
 
 def _eval_aim(name: str, point: str) -> Aim:
-    spec = f"{point}@demo-eval-{name}" + ("+0.3" if point == "eval/generate" else "")
+    spec = f"{point}@demo-eval-{name}" + ("+0.1" if point == "eval/generate" else "")
     kind = f"eval {name}: " + ("generating" if point == "eval/generate" else "inside its store transaction")
     return Aim(spec, kind, f"eval {name}: " + aimed_eval_stage(0))
 
