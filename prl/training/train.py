@@ -19,8 +19,9 @@ Departures from the paper (Yao et al. 2026, Table 6 and the authors' verl script
 3. The KL to the reference that is *logged* (``kl/ref``) is the per-token mean of the k3
    estimator under the rollout policy; PRL's own KL term lives in ρ (``prl_core``), and the
    extra KL loss (``algorithm.kl_loss_coef``) is 0 as in Table 6.
-4. Sampling seeds are derived per (step, prompt): a resumed run draws the rollouts an
-   uninterrupted run would have drawn (vLLM); the HF engine is only reproducible per batch.
+4. Sampling seeds are derived per (step, prompt) with vLLM and per (step, batch) with the HF engine; a
+   resumed run redoes whole steps, so with either it draws the rollouts an uninterrupted run drew (measured
+   bit for bit with both: tests/faults/test_kill_chains.py).
 5. With world size > 1 every rank runs its own rollout engine in its own process on its own device
    (vLLM's external launcher, as TRL's colocate mode) on its shard of the prompts (whole groups per
    rank, so group baselines are unchanged); metrics are averaged over ranks. Periodic evaluations are
