@@ -256,13 +256,12 @@ def target_rows(res: Results, with_faults: bool = True, with_demo: bool = True) 
                          f"turnstile off: worst {off['max_ms']:.0f} ms (p95 {off['p95_ms']:.0f} ms)", "—", "load"))
     faults = res.get("faults") if with_faults else None
     if faults and faults["chains"]:
-        ch = faults["chains"]
-        lost = sum(f.get("rows_lost", 0) for f in ch)
-        per_chain = [f"{f['name']} {f['kills']}" for f in ch]
-        rows.append(("kill -9 at random points (" + ", ".join(f["name"] for f in ch) + "): nothing lost",
-                     f"{sum(f['kills'] for f in ch)} kills ({', '.join(per_chain)}), "
-                     f"{sum(f['recovered'] for f in ch)} recovered, {lost} rows lost", "an uninterrupted run's rows",
-                     met(lost == 0), "faults"))
+        k = kill_totals(faults["chains"])
+        rows.append(("kill -9 at named stages (" + ", ".join(f["name"] for f in faults["chains"]) + "): nothing lost, "
+                     "the rest equal by value",
+                     f"{k['kills']} kills at {k['stages']} stages ({k['per_chain']}), {k['recovered']} recovered, "
+                     f"{k['rows_lost']} rows lost, {k['values_differ']} of {k['rows_compared']:,} compared rows different",
+                     "an uninterrupted run's rows", met(k["ok"]), "faults"))
     demo = res.get("demo") if with_demo else None
     if demo:
         rows.append((f"Demo: fresh clone → dashboard < {DEMO_TARGET_MIN:.0f} min", f"{duration(demo['seconds'])} "
@@ -294,9 +293,9 @@ def region_status(res: Results) -> str:
         parts.append(f"the demo: not recorded yet (`{DEMO_COMMAND}` records it)")
     faults = res.get("faults")
     if faults and faults["chains"]:
-        ch = faults["chains"]
-        parts.append(f"kill chains: {sum(f['kills'] for f in ch)} kills, {sum(f['recovered'] for f in ch)} recovered, "
-                     f"{sum(f.get('rows_lost', 0) for f in ch)} rows lost")
+        k = kill_totals(faults["chains"])
+        parts.append(f"kill chains: {k['kills']} kills at {k['stages']} named stages, {k['recovered']} recovered, "
+                     f"{k['rows_lost']} rows lost, {k['values_differ']} of {k['rows_compared']:,} rows different by value")
     load = res.get("load")
     if load:
         w = load["with_writer"]
@@ -392,11 +391,11 @@ def region_reliability(res: Results) -> str:
     items = []
     faults = res.get("faults")
     if faults and faults["chains"]:
-        ch = faults["chains"]
-        per_chain = [f"{f['name']} {f['kills']}" for f in ch]
-        items.append(f"- kill chains ({', '.join(per_chain)} kills): {sum(f['recovered'] for f in ch)} recovered; of {sum(f.get('rows_expected', 0) for f in ch):,} "
-                     f"rows {sum(f.get('rows_lost', 0) for f in ch)} lost, {sum(f.get('duplicates', 0) for f in ch)} "
-                     f"duplicated, {sum(f.get('rows_extra', 0) for f in ch)} extra;")
+        k = kill_totals(faults["chains"])
+        items.append(f"- kill chains ({k['per_chain']} kills at {k['stages']} named stages; after {k['as_aimed']} of them "
+                     f"the store and files showed the stage aimed at): {k['recovered']} recovered; of {k['rows_expected']:,} "
+                     f"rows {k['rows_lost']} lost, {k['duplicates']} duplicated, {k['rows_extra']} extra, and "
+                     f"{k['values_differ']} of the {k['rows_compared']:,} compared by value different;")
     else:
         items.append("- kill chains: " + missing("faults", "python bench/run_all.py --only faults"))
     st = res.get("store_10m")
@@ -933,32 +932,80 @@ def region_load(res: Results) -> str:
     return "\n".join(lines)
 
 
+def kill_totals(chains: list[dict]) -> dict:
+    """The kill chains' figures summed (tests/faults/chain.py writes each chain's record): kills, recovered, stages
+    hit, rows expected / lost / extra / duplicated, rows compared by value and different, and whether all is well."""
+    s = {k: sum(c.get(k, 0) for c in chains) for k in ("kills", "recovered", "rows_expected", "rows_lost",
+                                                        "rows_extra", "duplicates", "rows_compared", "values_differ")}
+    s["stages"] = sum(len(c.get("stages") or {}) for c in chains)
+    s["as_aimed"] = sum(p.get("stage") == p.get("aimed_stage") for c in chains for p in c.get("points") or [])
+    s["per_chain"] = ", ".join(f"{c['name']} {c['kills']}" for c in chains)
+    s["ok"] = (s["recovered"] == s["kills"] == s["as_aimed"] and s["rows_compared"] > 0
+               and not (s["rows_lost"] or s["rows_extra"] or s["duplicates"] or s["values_differ"])
+               and not any(c.get("failure") or c.get("mismatches") for c in chains))
+    return s
+
+
+REPRODUCIBILITY_LABELS = {
+    "train_twice": "training run (vLLM rollouts), run twice",
+    "train": "training run (vLLM rollouts), killed and resumed",
+    "train_twice_hf": "training run (hf engine), run twice",
+    "train_hf": "training run (hf engine), killed and resumed",
+    "pipeline": "`prl demo --small`, killed and resumed",
+}
+"""What each same-seed comparison is, by its record's name (tests/faults writes the records)."""
+
+
+def region_reproducibility(res: Results) -> str:
+    """README's reproducibility figures: same seed on one machine, run twice (reproducibility.json) and killed at
+    named stages and resumed (the train and pipeline chains of faults.json), each against an uninterrupted run."""
+    r, f = res.get("reproducibility"), res.get("faults")
+    records = list((r or {}).get("comparisons", [])) + [c for c in (f or {}).get("chains", []) if c.get("files_compared")]
+    if not records:
+        return missing("reproducibility", "python bench/run_all.py --only faults")
+    order = list(REPRODUCIBILITY_LABELS)
+    records.sort(key=lambda c: order.index(c["name"]) if c["name"] in order else len(order))
+    rows = []
+    for c in records:
+        bad = c.get("mismatches") or []
+        rows.append([REPRODUCIBILITY_LABELS.get(c["name"], c.get("what", c["name"])),
+                     f"{c['kills']} at {len(c.get('stages') or {})} stages" if "kills" in c else "—",
+                     f"{c.get('rows_compared', 0):,}", str(c.get("values_differ", 0)),
+                     f"{c.get('rows_lost', 0)} / {c.get('rows_extra', 0)}",
+                     ("bit-identical" if not bad else f"**{len(bad)} different**")
+                     + (f" — **{c['failure']}**" if c.get("failure") else "")])
+    files = sorted({c["files_compared"] for c in records if c.get("files_compared")}, key=len)
+    line, _ = machines_line(res, ["reproducibility", "faults"])
+    return "\n".join(["Same seed, one machine, each against one uninterrupted run:", ""]
+                     + table(["run", "kills", "rows compared by value", "different", "missing / extra",
+                              "weights and checkpoints"], rows)
+                     + ["", "Bit for bit: " + "; the demo: ".join(files) + ". By value: every stored column but the "
+                        "measured times and memory of training steps and verification, and the paths and times that "
+                        "name a run. " + line])
+
+
 def region_faults(res: Results) -> str:
     f = res.get("faults")
     if f is None or not f["chains"]:
         return missing("faults", "python bench/run_all.py --only faults")
     ch = f["chains"]
-    lines = table(["chain", "kills", "recovered", "runs", "rows expected", "lost", "extra", "duplicates", "time"],
-                  [[c["name"], str(c["kills"]), str(c["recovered"]), str(c.get("segments", 1)), str(c.get("rows_expected", "—")),
-                    str(c.get("rows_lost", 0)), str(c.get("rows_extra", 0)), str(c.get("duplicates", 0)),
+    lines = table(["chain", "kills", "recovered", "runs", "rows expected", "lost", "extra", "duplicates",
+                   "compared by value", "different", "time"],
+                  [[c["name"], str(c["kills"]), str(c["recovered"]), str(c.get("segments", 1)),
+                    f"{c.get('rows_expected', 0):,}", str(c.get("rows_lost", 0)), str(c.get("rows_extra", 0)),
+                    str(c.get("duplicates", 0)), f"{c.get('rows_compared', 0):,}", str(c.get("values_differ", 0)),
                     f"{c['seconds'] / 60:.1f} min"] for c in ch])
-    where = []
-    for c in ch:
-        pts = c.get("points") or []
-        if pts and all("samples" in p for p in pts):
-            s = [p["samples"] for p in pts]
-            where.append(f"the {c['name']} kills landed with {min(s)}–{max(s)} samples of the run stored")
-        elif pts and all("steps_stored" in p for p in pts):
-            s = [p["steps_stored"] for p in pts]
-            where.append(f"the {c['name']} kills with {min(s)}–{max(s)} training steps stored")
-        elif pts:
-            before = sum(p.get("stage") == "before the store" for p in pts)
-            evals = sum(any((p.get("eval_samples") or {}).values()) for p in pts)
-            where.append(f"of the {len(pts)} {c['name']} kills, {before} landed before the store existed, "
-                         f"{len(pts) - before - evals} after it but before any evaluation row was stored and {evals} "
-                         "with evaluation rows stored")
-    lines += ["", f"Collected on {machine_detail(f['machine'])}"
-              + (": " + "; ".join(where) if where else "") + "."]
+    lines += ["", "Kills per stage (the stage a kill aimed at; *as aimed*: the kills after which the store and the files "
+              "showed that stage, derived from them, not from the time of the kill):", ""]
+    lines += table(["chain", "stage", "kills", "as aimed", "recovered"],
+                   [[c["name"], kind, str(s["kills"]), str(s["stage_as_aimed"]), str(s["recovered"])]
+                    for c in ch for kind, s in (c.get("stages") or {}).items()])
+    skipped = {t: why for c in ch for t, why in (c.get("not_compared") or {}).items()}
+    notes = [f"{t}: {why}" for t, why in sorted(skipped.items())]
+    failed = [f"{c['name']}: {c['failure'] or '; '.join(c['mismatches'])}" for c in ch if c.get("failure") or c.get("mismatches")]
+    lines += ["", f"Collected on {machine_detail(f['machine'])}."
+              + (" Not compared by value: " + "; ".join(notes) + "." if notes else "")
+              + (" **Failed:** " + "; ".join(failed) if failed else "")]
     return "\n".join(lines)
 
 
@@ -1310,9 +1357,11 @@ REGIONS: dict[str, Callable[[Results], str]] = {
     "dashboard": region_dashboard, "load": region_load, "faults": region_faults, "real_model": region_real_model,
     "study": region_study, "peers": region_peers, "suite": region_suite, "suite_time": region_suite_time,
     "memory": region_memory, "smollm2_train": region_smollm2_train, "verifier_forms": region_verifier_forms,
+    "reproducibility": region_reproducibility,
 }
 EXPECTED = {
-    "README.md": ("suite_time", "status", "demo", "performance", "reliability", "external", "study", "smollm2_train"),
+    "README.md": ("suite_time", "status", "demo", "reproducibility", "performance", "reliability", "external", "study",
+                  "smollm2_train"),
     "bench/RESULTS.md": ("summary", "advantages", "generation", "real_model", "verify", "verifier_forms", "store", "store_10m", "relevance",
                          "external", "train_step", "dashboard", "load", "faults", "study", "peers", "suite", "memory",
                          "smollm2_train"),

@@ -71,9 +71,13 @@ RUN_ALL_CODE = ("bench/run_all.py",)
 
 
 def collect_faults() -> None:
-    """Copy the kill chains' records (artifacts/faults/*.json, written by tests/faults) into results/faults.json."""
+    """Copy the kill chains' records (artifacts/faults/*.json, written by tests/faults) into results/faults.json, and
+    the same-seed comparisons (artifacts/reproducibility/*.json, written by tests/faults too) into
+    results/reproducibility.json."""
     chains = [json.loads(p.read_text()) for p in sorted((ROOT / "artifacts" / "faults").glob("*.json"))]
     write_json("faults", {"chains": chains}, code=FAULTS_CODE)
+    same = [json.loads(p.read_text()) for p in sorted((ROOT / "artifacts" / "reproducibility").glob("*.json"))]
+    write_json("reproducibility", {"comparisons": same}, code=FAULTS_CODE)
 
 
 def _render() -> None:
@@ -107,6 +111,8 @@ def main() -> int:
             env["PRL_LOAD_TEST"] = "1"
         if name == "faults":
             env["PRL_FAULT_KILLS"] = "20" if args.full else env.get("PRL_FAULT_KILLS", "3")
+            for old in [*(ROOT / "artifacts" / "faults").glob("*.json"), *(ROOT / "artifacts" / "reproducibility").glob("*.json")]:
+                old.unlink()  # only this run's records are collected
         print(f"[run_all] {name}: {' '.join(cmd[1:3])} …", file=sys.stderr, flush=True)
         rc, secs, tail = _run(cmd, env)
         status[name] = {"returncode": rc, "seconds": round(secs, 1)}

@@ -7,7 +7,7 @@
 Every step is idempotent, so a pipeline killed at any point and rerun picks up where it
 stopped: data, model and warm start are Prefect tasks cached on their inputs, and recomputed
 (cache refreshed) when their output no longer exists (``_cached`` below); training resumes from its last DeepSpeed
-checkpoint; evaluations resume from the store (the run id and the weights' fingerprint say
+checkpoint (a training the store holds as finished is not relaunched); evaluations resume from the store (the run id and the weights' fingerprint say
 which samples are already there). Nothing is written twice.
 """
 
@@ -25,7 +25,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.config import PipelineConfig
 from flows.run_log import log as _log
-from flows.train import train_run
+from flows.train import finished_run, train_run
 
 from prl.data.datasets import SYNTHETIC
 from prl.manifest import run_manifest
@@ -151,6 +151,14 @@ def report(cfg: PipelineConfig, runs: dict[str, str]) -> dict[str, Any]:
     return result
 
 
+def _train_unless_finished(rc) -> None:
+    """The training run, unless an earlier invocation finished it (``flows.train.finished_run``)."""
+    if finished_run(rc):
+        _log(f"training {rc.train.resolved_run_id}: finished with this config in {rc.train.db}; not relaunched")
+        return
+    train_run.with_options(name=f"train-{rc.algorithm.estimator}")(rc)
+
+
 @flow(name="pipeline", log_prints=False)
 def pipeline(cfg: PipelineConfig = PipelineConfig(), progress: bool = True) -> dict[str, Any]:
     """The main job; rerunning it after an interruption continues where it stopped."""
@@ -173,7 +181,7 @@ def pipeline(cfg: PipelineConfig = PipelineConfig(), progress: bool = True) -> d
     policies = {}
     for estimator in ("prl", "grpo"):
         rc = train_config(cfg, estimator, warm)
-        timed(f"train_{estimator}", train_run.with_options(name=f"train-{estimator}"), rc)
+        timed(f"train_{estimator}", _train_unless_finished, rc)
         policies[estimator] = str(Path(rc.train.out_dir) / "policy")
     runs = {}
     for name, model in (("warm_start", warm), ("grpo", policies["grpo"]), ("prl", policies["prl"])):

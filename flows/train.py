@@ -40,6 +40,7 @@ from flows.export_evaluation import emit_checkpoint_event
 from flows.run_log import log as _log
 
 from prl import log_routing
+from prl.store.db import Store
 from prl.training import exports
 from prl.training.config import RunConfig
 
@@ -372,6 +373,18 @@ def announce_export(line: str) -> None:
     record = exports.read_announcement(line)
     if record is not None and emit_checkpoint_event(record, log=_log):
         _log(f"[train] step {record['step']}: event {exports.CHECKPOINT_EVENT} sent")
+
+
+def finished_run(rc: RunConfig) -> bool:
+    """Whether the store holds this training run as finished, with this config, and its policy is on disk. A
+    launch would then load its last checkpoint, train nothing and write the same policy again (about as long
+    as starting a training process takes), so a rerun of the pipeline skips it."""
+    t = rc.train
+    if not Path(t.db).exists() or not (Path(t.out_dir) / "policy" / "config.json").is_file():
+        return False
+    run = Store(t.db, create=False).records("get_run", run_id=t.resolved_run_id)
+    return (bool(run) and run[0]["kind"] == "train" and run[0]["status"] == "finished"
+            and json.loads(run[0]["config"] or "null") == json.loads(json.dumps(rc.to_dict(), default=list)))
 
 
 @task(name="train-run", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=5)

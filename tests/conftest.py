@@ -64,6 +64,30 @@ def prefect_harness():
         yield
 
 
+@pytest.fixture(scope="session")
+def small_demo(prefect_harness, tmp_path_factory):
+    """`prl demo --small`, run once per session uninterrupted against the session's Prefect API:
+    {"out": its directory (named demo: the run ids derive from it), "result": the completed process, "seconds",
+    "env": the environment it ran in}. tests/test_demo.py checks what it stores and prints; the pipeline kill
+    chain (tests/faults/test_kill_pipeline.py) compares its killed runs with it, in the same environment;
+    tests/test_ray_runner.py re-runs its evaluations on Ray on a copy. Treat the directory as read-only."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from prefect.settings import PREFECT_API_URL
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                              "MASTER_PORT", "LOCAL_WORLD_SIZE", "PRL_FAULT_POINT")}
+    env["PREFECT_API_URL"] = PREFECT_API_URL.value()
+    out = tmp_path_factory.mktemp("small-demo") / "demo"
+    t = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--no-progress"],
+                            cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=850)
+    return {"out": out, "result": result, "seconds": round(time.monotonic() - t, 1), "env": env}
+
+
 @pytest.fixture
 def prefect_api_env(prefect_harness, monkeypatch):
     """The session's Prefect API in ``os.environ["PREFECT_API_URL"]`` for one test, so that its CLI
@@ -156,25 +180,3 @@ def warm_model(tiny_model_dir, tmp_path_factory):
         pytest.fail(f"the background warm start failed (exit {rc}):\n{(base / 'sft.log').read_text()[-3000:]}")
     return base / "model", json.loads((base / "model" / "sft_report.json").read_text())
 
-
-DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
-
-
-@pytest.fixture(scope="session")
-def small_demo(prefect_harness, tmp_path_factory):
-    """(output directory, completed process) of one `prl demo --small` run from nothing, on the session's
-    Prefect API, once per session: tests/test_demo.py checks it, tests/test_ray_runner.py re-runs its
-    evaluations on Ray against it. Treat the directory as read-only (copy it to change it)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from prefect.settings import PREFECT_API_URL
-
-    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
-    env["PREFECT_API_URL"] = PREFECT_API_URL.value()
-    out = tmp_path_factory.mktemp("small-demo") / "demo"
-    r = subprocess.run([sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--no-progress"],
-                       cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=850)
-    assert r.returncode == 0, r.stderr[-4000:]
-    return out, r

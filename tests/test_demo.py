@@ -20,7 +20,8 @@ from prl.store.db import Store
 @pytest.mark.e2e
 @pytest.mark.timeout(900)
 def test_small_demo_writes_its_store_and_result_file(small_demo):
-    out, r = small_demo  # `prl demo --small` from nothing (tests/conftest.py)
+    out, r = small_demo["out"], small_demo["result"]  # `prl demo --small`, run once per session (tests/conftest.py)
+    assert r.returncode == 0, r.stderr[-4000:]
     assert f"open the dashboard:  prl dashboard --db {out / 'store.duckdb'}" in r.stdout
 
     store = Store(out / "store.duckdb", create=False)

@@ -45,7 +45,8 @@ def test_demo_evaluations_on_ray_store_the_in_process_samples(small_demo, tmp_pa
     ray` on the copy: data, model and warm start come back from their files (same seed, same bytes), training
     is already finished (resumed, no step redone), and the evaluations run as shards on Ray workers: every
     sample equals the in-process demo's, value for value, and the training rows are untouched."""
-    local, _ = small_demo
+    local = small_demo["out"]
+    assert small_demo["result"].returncode == 0, small_demo["result"].stderr[-4000:]
     out = tmp_path / "demo"  # the run ids derive from the directory's name: keep it
     shutil.copytree(local, out)
     db = out / "store.duckdb"

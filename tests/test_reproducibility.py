@@ -6,6 +6,11 @@ AVX512 kernels; the SFT under the portable settings (``ATEN_CPU_CAPABILITY=avx2
 MKL_CBWR=AVX2,STRICT``) does not depend on the thread count; and every manifest records what the
 results depend on (CPU capability, threads, the environment variables that change numerics).
 Across machines only the demo's conclusions are checked (docs/reproducibility.md), not here.
+
+Training and evaluation are compared bit for bit with an uninterrupted run of the same seed where the
+kill chains run them (they share its reference runs): tests/faults/test_kill_chains.py (the training
+script run twice, and killed at each stage and resumed; vLLM and hf) and tests/faults/test_kill_pipeline.py
+(`prl demo --small` killed at each stage and resumed: tiny model, warm start, policies, evaluations).
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from prl.evaluation.config import EvalConfig, EvalError
 from prl.evaluation.stages import (chunked, check_prompts, record_run_finish, generate_chunk, load_problems,
                                   pending_problems, record_run_start, record_run_status, start_engine, store_chunk,
                                    verify_chunk)
+from prl.fault_points import fault_point
 from prl.generation.engines import Engine
 from prl.generation.prompts import template_record
 from prl.grading.verifier import VerifierPool, VerifierSettings
@@ -107,6 +108,7 @@ def evaluate_chunk(engine: Engine, pool: VerifierPool, cfg: EvalConfig, run_id: 
     """Generate ``cfg.n`` samples for each problem of ``chunk``, verify them and store them in one
     transaction. Returns {"rows", "correct", "added", "seconds": {generate, verify, store}}."""
     t0 = time.perf_counter()
+    fault_point("eval/generate", run_id)
     samples = generate_chunk(engine, chunk, cfg.sampling())
     t1 = time.perf_counter()
     rows = verify_chunk(pool, run_id, chunk, samples)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from prl.data.datasets import Problem
+from prl.fault_points import fault_point
 from prl.evaluation.stages import check_prompts, chunked, generate_chunk, start_engine, verify_chunk
 from prl.generation.prompts import template_record
 from prl.grading.verifier import VerifierPool, VerifierSettings
@@ -114,12 +115,14 @@ def run_shard(cfg, run_id: str, problems: Sequence[Problem], path: str | Path, *
             # samples do not depend on the chunking (per-prompt seeds)
             for chunk in chunked(problems, cfg.chunk_problems):
                 t = time.perf_counter()
+                fault_point("eval/generate", run_id)
                 samples = generate_chunk(engine, chunk, cfg.sampling())
                 t_gen += time.perf_counter() - t
                 t = time.perf_counter()
                 rows += verify_chunk(verifier, run_id, chunk, samples)
                 t_ver += time.perf_counter() - t
         write_shard(rows, path)
+        fault_point("eval/shard_written", run_id)
         info = {"engine": engine.info(),
                 "template": template_record(engine.tokenizer)}
     finally:

@@ -40,6 +40,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from prl.fault_points import fault_point
+
 _NAME = re.compile(r"^--\s*name:\s*([A-Za-z_][A-Za-z0-9_]*)\s*$", re.MULTILINE)
 _LOCK_HOLDER = re.compile(r"Conflicting lock is held in (.*?)(?: See also|$)")
 
@@ -346,7 +348,9 @@ class Store:
                     con.unregister("incoming_samples")
                 except Exception:  # an aborted transaction refuses it; the original error is what matters
                     pass
-            return con.execute(self._sql("count_samples")).fetchall()[0][0] - before
+            added = con.execute(self._sql("count_samples")).fetchall()[0][0] - before
+            fault_point("store/insert_samples", lambda: table.column("run_id")[0].as_py() if len(table) else None)
+            return added
 
     def insert_rows(self, table: str, rows: Iterable[dict[str, Any]], con=None) -> None:
         """Insert rows into one of :data:`ROW_COLUMNS`' tables as one Arrow table (rows already stored are skipped), in

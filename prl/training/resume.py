@@ -10,6 +10,7 @@ evaluations load, are :mod:`prl.training.exports`.)
 from __future__ import annotations
 
 from prl_core.errors import UserError
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -18,6 +19,7 @@ import torch
 
 from prl_core.config import ConfigError
 
+from prl.fault_points import fault_point
 from prl.store.db import Store
 from prl.training.config import TrainConfig
 
@@ -32,13 +34,21 @@ def tag_of(step: int) -> str:
     return f"step_{step:06d}"
 
 
-def save(engine, out: Path, step: int, client_state: dict[str, Any], *, keep: int, rank: int) -> None:
-    """Write the checkpoint of ``step`` (every rank calls it; DeepSpeed writes each rank's partitions) and keep
-    the ``keep`` newest. A failed write (full disk, quota, permissions) leaves the previous one the latest."""
+def save(engine, out: Path, step: int, client_state: dict[str, Any], *, keep: int, rank: int,
+         fault_key: str | None = None) -> None:
+    """Write the checkpoint of ``step`` (every rank calls it; DeepSpeed writes each rank's partitions), then point
+    ``latest`` at it, and keep the ``keep`` newest. A failed write (full disk, quota, permissions) leaves the
+    previous one the latest. ``latest`` is replaced atomically (a temporary file renamed over it) once every
+    rank's files are written, so a crash leaves it naming a complete checkpoint: the old one or the new one
+    (DeepSpeed's own ``latest`` is rewritten in place). ``fault_key``: the key of the fault point between the
+    two (:mod:`prl.fault_points`)."""
     root = out / CHECKPOINT_DIR
     tag = tag_of(step)
     try:
-        engine.save_checkpoint(str(root), tag=tag, client_state=client_state)
+        engine.save_checkpoint(str(root), tag=tag, client_state=client_state, save_latest=False)  # ends in a barrier
+        fault_point("train/checkpoint_written", fault_key)
+        if rank == 0:
+            _write_latest(root, tag)
     except Exception as e:  # full disk, quota, permissions: the previous checkpoint stays the latest
         shutil.rmtree(root / tag, ignore_errors=True)
         prev = root / "latest"
@@ -53,6 +63,18 @@ def save(engine, out: Path, step: int, client_state: dict[str, Any], *, keep: in
         for old in tags[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     torch.distributed.barrier()
+
+
+def _write_latest(root: Path, tag: str) -> None:
+    tmp = root / f".latest.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(tag)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, root / "latest")
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load(engine, out: Path, log: Callable[[str], None]) -> tuple[Path, dict[str, Any]] | None:

@@ -20,6 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prl.data import synthetic
+from prl.fault_points import fault_point
 from prl.generation.prompts import build_prompt
 from prl.grading.verifier import is_correct
 from prl.manifest import run_manifest
@@ -140,6 +141,7 @@ def _run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, log) ->
         opt.step()
         losses.append(loss.item())
         step += 1
+        fault_point("sft/step", step)
         bar.update(1)
         if step % 100 == 0:
             bar.set_postfix(loss=f"{sum(losses[-100:]) / 100:.3f}")
@@ -154,6 +156,7 @@ def _run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, log) ->
     out = Path(out_dir)
     model.save_pretrained(out)
     tok.save_pretrained(out)
+    fault_point("sft/saved")
     report = {
         "base_model": str(model_dir), "config": asdict(cfg), "steps": step, "train_seconds": train_s,
         "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),

@@ -19,8 +19,9 @@ Departures from the paper (Yao et al. 2026, Table 6 and the authors' verl script
 3. The KL to the reference that is *logged* (``kl/ref``) is the per-token mean of the k3
    estimator under the rollout policy; PRL's own KL term lives in ρ (``prl_core``), and the
    extra KL loss (``algorithm.kl_loss_coef``) is 0 as in Table 6.
-4. Sampling seeds are derived per (step, prompt): a resumed run draws the rollouts an
-   uninterrupted run would have drawn (vLLM); the HF engine is only reproducible per batch.
+4. Sampling seeds are derived per (step, prompt) with vLLM and per (step, batch) with the HF engine; a
+   resumed run redoes whole steps, so with either it draws the rollouts an uninterrupted run drew (measured
+   bit for bit with both: tests/faults/test_kill_chains.py).
 5. With world size > 1 every rank runs its own rollout engine in its own process on its own device
    (vLLM's external launcher, as TRL's colocate mode) on its shard of the prompts (whole groups per
    rank, so group baselines are unchanged); metrics are averaged over ranks. Periodic evaluations are
@@ -65,6 +66,7 @@ from prl import log_routing
 from prl.data import synthetic
 from prl.data.datasets import load_dataset
 from prl.evaluation.config import EvalConfig
+from prl.fault_points import fault_point
 from prl.evaluation.evaluate import run_evaluation_across_ranks
 from prl.generation.engines import Engine, SamplingConfig, check_model_dir, make_engine
 from prl.generation.engines.base import derive_seed
@@ -500,6 +502,7 @@ class Trainer:
         """One full step; returns the metrics written for it (each phase's time and peak memory among them)."""
         peaks: dict[str, float] = {}
         meter = self.meter
+        fault_point("train/step_start", lambda: f"{self.run_id}/{self.step_no + 1}")
         start = time.perf_counter()
         meter.start()
         generated = self.rollout()
@@ -534,6 +537,7 @@ class Trainer:
         self.step_no += 1
         segs = ({"segments": self.segments(rollouts, logprobs, rho), "rollouts": self.inspected_rollouts(rollouts)}
                 if self.rank == 0 else {})
+        fault_point("train/update_done", lambda: f"{self.run_id}/{self.step_no}")
         self.finish_step(metrics, segs)
         return metrics
 
@@ -544,6 +548,7 @@ class Trainer:
         self._pending.append((step, metrics, segs))
         if step % self.train_cfg.checkpoint_every == 0 or step == self.train_cfg.steps:
             self.save_checkpoint()
+            fault_point("train/checkpoint_saved", lambda: f"{self.run_id}/{step}")
             if self.train_cfg.export_checkpoints:
                 self.export_checkpoint()
         if self.store is not None:
@@ -557,11 +562,13 @@ class Trainer:
             self.store.insert_rows("prl_segments", segs.get("segments", []), con)
             self.store.insert_rows("train_rollouts", segs.get("rollouts", []), con)
             con.execute(self.store.q["set_run_progress"], {"run_id": self.run_id, "train_step": step})
+            fault_point("train/store_write", lambda: f"{self.run_id}/{step}")
 
     def save_checkpoint(self) -> None:
         state = {"step": self.step_no, "pending": self._pending, "torch_rng": torch.get_rng_state(),
                  "python_rng": random.getstate()}
-        save_resume.save(self.engine, self.out, self.step_no, state, keep=self.train_cfg.keep_checkpoints, rank=self.rank)
+        save_resume.save(self.engine, self.out, self.step_no, state, keep=self.train_cfg.keep_checkpoints, rank=self.rank,
+                         fault_key=f"{self.run_id}/{self.step_no}")
         self._pending = []
 
     def export_checkpoint(self) -> Path:
@@ -603,7 +610,26 @@ class Trainer:
                 self.write_metrics(step, metrics, segs)
         self.sync_weights()  # the engine started from train.model; give it the checkpoint's policy
         self.log(f"[train] resumed {self.run_id} from {path} after step {self.step_no}")
+        if self.train_cfg.export_checkpoints and self._on_rank0(lambda: not (
+                exports.export_dir(self.out, self.step_no) / exports.EXPORT_RECORD).is_file()):
+            self.export_checkpoint()  # killed between the checkpoint and its export: the export is the checkpoint's
         return True
+
+    def _on_rank0(self, question: Callable[[], bool]) -> bool:
+        """Rank 0's answer to ``question`` on every rank (a decision every rank must take the same way)."""
+        return bool(dist.broadcast(question() if self.rank == 0 else None, self.world))
+
+    def _evaluation_due(self) -> bool:
+        """Whether the step just finished is a periodic evaluation step whose evaluation is not stored as finished
+        (after a resume: the run was killed after that step's checkpoint, before or during its evaluation)."""
+        t = self.train_cfg
+        if not (t.eval_datasets and t.eval_every and self.step_no % t.eval_every == 0 and 0 < self.step_no < t.steps):
+            return False
+
+        def unfinished() -> bool:
+            run = self.store.records("get_run", run_id=exports.eval_run_id(self.run_id, self.step_no))
+            return not run or run[0]["status"] != "finished"
+        return self._on_rank0(unfinished)
 
     def _drop_rows_after(self, step: int) -> None:
         if self.store is None:
@@ -642,6 +668,8 @@ class Trainer:
         try:
             if resume and self.resume():
                 resumed_from = self.step_no
+                if self._evaluation_due():  # the checkpoint's own evaluation, which the loop below would skip
+                    self.evaluate()
             elif not resume:
                 check_fresh_start(self.train_cfg)
             bar = tqdm(total=self.train_cfg.steps, initial=self.step_no, desc=f"train {self.run_id}", unit="step",

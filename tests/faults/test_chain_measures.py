@@ -1,13 +1,15 @@
-"""The kill chains' figures are measured: `recovered` follows the runs after each kill, and lost,
-extra and duplicated rows come from comparing key multisets, so a broken recovery shows up in them
-(seconds: a sleeping Python process stands in for the command)."""
+"""The kill chains' figures are measured: `recovered` follows the runs after each kill and the stage each kill
+showed, lost, extra and duplicated rows come from comparing key multisets and differing rows from comparing
+values, so a broken recovery shows up in them (seconds: a Python process that reaches a fault point stands in
+for the command)."""
 
 from __future__ import annotations
 
 import os
 import sys
 
-from chain import Segment, check_record, compare_keys, kill_chain, store_keys
+import pytest
+from chain import Aim, Segment, check_record, compare_keys, kill_chain, store_keys
 
 from prl.store.db import Store
 
@@ -59,36 +61,84 @@ def test_store_keys_read_every_table_a_run_writes(tmp_path):
         "rows_expected": 7, "rows_lost": 0, "rows_extra": 7, "duplicates": 7}
 
 
-def _segment(final, *, exit_code: int = 0):
-    def make(i: int) -> Segment:
-        code = f"import sys, time; time.sleep(1.0); sys.exit({exit_code})"
-        return Segment([sys.executable, "-c", code], lambda: {"samples": 0}, final)
+def test_values_are_compared_and_differences_bounded(tmp_path):
+    """Same keys, other values: each differing row counts once, with the largest difference per column; the values
+    of measured metrics (time/, memory/) are not compared."""
+    from chain import compare_rows, store_rows
+
+    _fill(tmp_path / "ref.duckdb", {"e": 2})
+    _fill(tmp_path / "got.duckdb", {"e": 2})
+    ref = store_rows(tmp_path / "ref.duckdb")
+    assert compare_rows(tmp_path / "got.duckdb", ref)["values_differ"] == 0
+    with Store(tmp_path / "got.duckdb").write() as con:
+        con.execute("update samples set response = 'other' where sample_idx = 1")
+        con.execute("update train_metrics set value = 0.75 where step = 2")
+        con.execute("insert into train_metrics values ('e', 1, 'time/step', 1.0)")
+    with Store(tmp_path / "ref.duckdb").write() as con:
+        con.execute("insert into train_metrics values ('e', 1, 'time/step', 2.0)")
+    ref = store_rows(tmp_path / "ref.duckdb")
+    got = compare_rows(tmp_path / "got.duckdb", ref)
+    assert got["values_differ"] == 2 and got["rows_lost"] == got["rows_extra"] == 0
+    assert got["rows_compared"] == sum(len(v) for v in ref.values()) - 1  # all but time/step
+    assert got["differences"]["train_metrics"]["max_abs_diff"] == {"train_metrics:reward/mean": 0.25}
+    assert got["differences"]["samples"]["first"] == [["e", "d", "p1", "1"]]
+
+
+def _segment(final, aims, *, stage="s", exit_code=0):
+    """A command that reaches the fault point eval/generate (key e) three times, then exits ``exit_code``."""
+    code = ("import sys, time\nfrom prl.fault_points import fault_point\nfor i in range(3):\n"
+            "    time.sleep(0.1)\n    fault_point('eval/generate', 'e')\n" f"sys.exit({exit_code})\n")
+
+    def make(i: int, rng) -> Segment:
+        return Segment([sys.executable, "-c", code], aims, lambda: {"stage": stage}, final)
     return make
 
 
 def _chain(make, kills: int = 2):
-    return kill_chain("unit", make, kills=kills, seed=0, delay=(0.05, 0.2), env=dict(os.environ), attempt_timeout=60)
+    return kill_chain("unit", make, kills=kills, seed=0, env=dict(os.environ), attempt_timeout=60)
+
+
+SAME = lambda: {**compare_keys(REF, REF), "rows_compared": 4, "values_differ": 0, "mismatches": []}  # noqa: E731
+AIMS = [Aim("eval/generate@e:2", "second call", "s"), Aim("eval/generate@e:3", "third call", "s")]
 
 
 def test_kills_recover_when_the_restart_exits_0_with_the_reference_rows():
-    record = _chain(_segment(lambda: {**compare_keys(REF, REF), "mismatches": []}))
+    record = _chain(_segment(SAME, AIMS))
     assert record["kills"] == 2 and record["recovered"] == 2 and record["failure"] is None
-    assert record["points"][-1]["next_run"] == "exit 0" and all(p["recovered"] for p in record["points"])
+    assert [p["next_run"] for p in record["points"]] == ["killed", "exit 0"] and all(p["recovered"] for p in record["points"])
+    assert record["stages"] == {"second call": {"kills": 1, "recovered": 1, "stage_as_aimed": 1},
+                                "third call": {"kills": 1, "recovered": 1, "stage_as_aimed": 1}}
     check_record(record, 2)
 
 
-def test_a_restart_with_rows_missing_recovers_nothing():
-    record = _chain(_segment(lambda: {**compare_keys(REF[:-1], REF), "mismatches": []}))
-    assert record["kills"] == 2 and record["recovered"] == 0 and record["rows_lost"] == record["segments"]
-    assert not any(p["recovered"] for p in record["points"])
+def test_a_kill_that_shows_another_stage_recovers_nothing():
+    record = _chain(_segment(SAME, AIMS, stage="elsewhere"))
+    assert record["kills"] == 2 and record["recovered"] == 0
+    assert record["mismatches"][0].startswith("segment 0: aimed at eval/generate@e:2 ('s'); the store and files show")
+    with pytest.raises(AssertionError):
+        check_record(record, 2)
 
 
-def test_a_mismatch_outside_the_keys_recovers_nothing():
-    record = _chain(_segment(lambda: {**compare_keys(REF, REF), "mismatches": ["run e is 'running'"]}), kills=1)
+def test_a_kill_point_never_reached_ends_the_chain():
+    record = _chain(_segment(SAME, [Aim("eval/generate@e:9", "never", "s")]), kills=1)
+    assert record["kills"] == 0 and "was not killed there (exit 0)" in record["failure"]
+
+
+def test_a_restart_with_rows_missing_or_values_different_recovers_nothing():
+    lost = _chain(_segment(lambda: {**compare_keys(REF[:-1], REF), "rows_compared": 3, "values_differ": 0,
+                                    "mismatches": []}, AIMS))
+    assert lost["kills"] == 2 and lost["recovered"] == 0 and lost["rows_lost"] == lost["segments"]
+    differ = _chain(_segment(lambda: {**compare_keys(REF, REF), "rows_compared": 4, "values_differ": 1,
+                                      "mismatches": []}, AIMS))
+    assert differ["recovered"] == 0 and differ["values_differ"] == differ["segments"]
+
+
+def test_a_mismatch_outside_the_rows_recovers_nothing():
+    record = _chain(_segment(lambda: {**SAME(), "mismatches": ["run e is 'running'"]}, AIMS[:1]), kills=1)
     assert record["recovered"] == 0 and record["mismatches"] == ["segment 0: run e is 'running'"]
 
 
 def test_a_failing_restart_ends_the_chain_unrecovered():
-    record = _chain(_segment(lambda: {**compare_keys(REF, REF), "mismatches": []}, exit_code=3), kills=1)
+    record = _chain(_segment(SAME, AIMS[:1], exit_code=3), kills=1)
     assert record["kills"] == 1 and record["recovered"] == 0 and "exited 3" in record["failure"]
     assert record["points"][0]["next_run"] == "exit 3"

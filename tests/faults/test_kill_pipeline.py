@@ -1,114 +1,160 @@
-"""kill -9 at seeded random moments in the main job (`prl demo --small`); every rerun picks up
-finished tasks from Prefect's cache and the store, and the last one completes with exactly the
-rows of an uninterrupted `prl demo --small` run (the reference, run once): every eval run's
-(dataset, problem_id, sample_idx) keys and every training step's metric names, compared key by
-key; training steps contiguous, evaluations whole after every kill."""
+"""kill -9 at named stages of the main job (`prl demo --small`): during the warm start, each training and each
+evaluation. After every kill the store and the files show the stage the kill aimed at (the warm-start
+directory and its marker, each training's steps and checkpoints, each evaluation's stored chunks); the last
+rerun completes with the rows of the uninterrupted `prl demo --small` run of the session (``small_demo``),
+equal key by key and value by value, the same report, and bit-identical weights: the tiny model, the warm
+start, both trained policies and their latest checkpoints.
+
+CI (``PRL_FAULT_KILLS`` unset): one kill per stage, six in one segment. The long chain (``PRL_FAULT_KILLS=20``,
+``bench/run_all.py --only faults --full``) draws its kills at seeded random stages.
+"""
 
 from __future__ import annotations
 
 import json
-import os
+import random
 import sys
+from pathlib import Path
 
 import pytest
 
-from chain import (PIPELINE_KILLS, Segment, check_record, compare_keys, kill_chain, run_reference, store_keys,
-                   write_report)
+from chain import (KILLS, Aim, Segment, check_record, compare_rows, file_digest, kill_chain, store_rows,
+                   tensors_equal, write_report)
+from stages import Schedule, aimed_eval_stage, eval_stage, random_train_aims, train_aim, train_stage, train_state, warm_stage
+
 from prl.store.db import Store
 
-# A long fault chain (a pipeline run costs minutes per kill): bench/run_all.py runs it (it sets
-# PRL_FAULT_KILLS) and records it in bench/results/faults.json; the CI suite skips it.
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif("PRL_FAULT_KILLS" not in os.environ,
-                                                  reason="long fault chain: run by bench/run_all.py (PRL_FAULT_KILLS)")]
+pytestmark = pytest.mark.e2e
 
 EVAL_RUNS = ("warm_start", "grpo", "prl")
-EVAL_PROBLEMS, EVAL_N, TRAIN_STEPS = 12 + 5 * 2, 2, 3  # flows.pipeline.small()
+ESTIMATORS = ("prl", "grpo")
+TRAIN_STEPS, EVAL_N, EVAL_CHUNK, SFT_STEPS = 3, 2, 32, 30  # flows.config.small(); EvalConfig.chunk_problems
+SCHEDS = {est: Schedule(f"demo-train-{est}", TRAIN_STEPS, checkpoint_every=1) for est in ESTIMATORS}
+WARM = "warm start: tiny complete, "
 
 
-@pytest.fixture(scope="module")
-def cli_env(prefect_harness):
-    from prefect.settings import PREFECT_API_URL
-
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                                              "MASTER_PORT", "LOCAL_WORLD_SIZE")}
-    return {**env, "PREFECT_API_URL": PREFECT_API_URL.value(), "OMP_NUM_THREADS": "1"}
+def demo_cmd(out: Path) -> list[str]:
+    return [sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--no-progress"]
 
 
-def _state(db) -> dict:
-    """Per training run: {step: metric names}; per eval run: {(dataset, problem_id): samples stored}."""
-    store = Store(db, create=False, lock_timeout_s=30)
-    out = {}
-    for est in ("prl", "grpo"):
-        per_step: dict[int, set[str]] = {}
-        for _run, step, name, _v in store.rows("train_metrics_for_runs", run_ids=[f"demo-train-{est}"]):
-            per_step.setdefault(step, set()).add(name)
-        out[f"train_{est}"] = per_step
+def pipeline_stage(out: Path, ref_steps: dict[str, dict[int, set[str]]]) -> str:
+    """The first stage of the pipeline the files and the store do not show complete, and where in it the run
+    stopped (asserting whole units: steps, problems, the checkpoint `latest` names loads)."""
+    ws = warm_stage(out / "models")
+    if ws != WARM + "tiny-sft complete":
+        return ws
+    db = out / "store.duckdb"
+    store = Store(db, create=False, lock_timeout_s=30) if db.exists() else None
+
+    def finished(run_id: str) -> bool:
+        run = store.records("get_run", run_id=run_id) if store is not None else []
+        return bool(run) and run[0]["status"] == "finished"
+
+    for est, sched in SCHEDS.items():
+        if not finished(sched.run_id):
+            return f"train {est}: " + train_stage(train_state(db, out / "train" / est, sched, ref_steps[est]), sched)
     for name in EVAL_RUNS:
-        out[f"eval_{name}"] = {(d, p): c for d, p, c in store.rows("stored_counts_for_run", run_id=f"demo-eval-{name}")}
-    return out
+        if not finished(f"demo-eval-{name}"):
+            return f"eval {name}: " + eval_stage(db, f"demo-eval-{name}", EVAL_N, EVAL_CHUNK)["stage"]
+    return "report"
 
 
-@pytest.mark.timeout(900 + 240 * PIPELINE_KILLS)
-def test_pipeline_killed_at_random_points(tmp_path, cli_env):
-    def command(out) -> list[str]:
-        return [sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--engine", "hf",
-                "--no-progress"]
+DEMO_FILES = ("the tiny model, the warm start (sha256 of the weights; its SFT losses and accuracies), both trained "
+              "policies (sha256), both trainings' latest checkpoint modules (tensor by tensor, bitwise), the report's text")
 
-    ref_db = tmp_path / "reference" / "demo" / "store.duckdb"
-    t_ref = run_reference(command(ref_db.parent), cli_env, timeout=1500)
-    ref, ref_keys = _state(ref_db), store_keys(ref_db)
-    for est in ("prl", "grpo"):
-        assert sorted(ref[f"train_{est}"]) == list(range(1, TRAIN_STEPS + 1))
-    for name in EVAL_RUNS:
-        assert len(ref[f"eval_{name}"]) == EVAL_PROBLEMS and set(ref[f"eval_{name}"].values()) == {EVAL_N}
 
-    def segment(i: int) -> Segment:
-        out = tmp_path / f"demo{i}" / "demo"
-        db = out / "store.duckdb"
+def demo_files(out: Path) -> dict:
+    """Weights and reports of a finished demo: digests of the tiny model, the warm start and both policies, the
+    warm start's losses and accuracies, each training's latest checkpoint module, the report's text."""
+    import torch
 
-        def after_kill():
-            if not db.exists():
-                return {"stage": "before the store"}
-            s = _state(db)
-            for est in ("prl", "grpo"):
-                steps = s[f"train_{est}"]
-                assert sorted(steps) == list(range(1, len(steps) + 1)), f"{est}: steps not contiguous {sorted(steps)}"
-                partial = [k for k, names in steps.items() if names != ref[f"train_{est}"][k]]
-                assert not partial, f"{est}: steps {partial}: metrics stored partially"
-            for name in EVAL_RUNS:
-                assert set(s[f"eval_{name}"].values()) <= {EVAL_N}, f"{name}: a problem stored partially"
-            return {"train_steps": {est: len(s[f"train_{est}"]) for est in ("prl", "grpo")},
-                    "eval_samples": {n: sum(s[f"eval_{n}"].values()) for n in EVAL_RUNS}}
+    sft = json.loads((out / "models" / "tiny-sft" / "sft_report.json").read_text())
+    files = {"tiny": file_digest(out / "models" / "tiny" / "model.safetensors"),
+             "warm_start": file_digest(out / "models" / "tiny-sft" / "model.safetensors"),
+             "sft": {k: sft[k] for k in ("losses", "accuracy_before_greedy", "accuracy_after_greedy",
+                                         "accuracy_after_sampled")},
+             "report": json.loads((out / "pipeline_report.json").read_text())["text"]}
+    for est in ESTIMATORS:
+        ckpt = out / "train" / est / "checkpoints"
+        latest = (ckpt / "latest").read_text().strip()
+        files[f"{est}_policy"] = file_digest(out / "train" / est / "policy" / "model.safetensors")
+        files[f"{est}_latest"] = latest
+        files[f"{est}_module"] = torch.load(ckpt / latest / "mp_rank_00_model_states.pt", map_location="cpu",
+                                            weights_only=False)["module"]
+    return files
+
+
+def compare_demo(out: Path, ref: dict) -> list[str]:
+    got, bad = demo_files(out), []
+    for k, v in got.items():
+        if k.endswith("_module"):
+            differ = tensors_equal(v, ref[k])
+            if differ:
+                bad.append(f"{k}: {len(differ)} tensors not bit-identical ({differ[:3]})")
+        elif v != ref[k]:
+            bad.append(f"{k} differs from the uninterrupted run's" + (f": {v} != {ref[k]}" if len(str(v)) < 200 else ""))
+    return bad
+
+
+def _eval_aim(name: str, point: str) -> Aim:
+    spec = f"{point}@demo-eval-{name}" + ("+0.1" if point == "eval/generate" else "")
+    kind = f"eval {name}: " + ("generating" if point == "eval/generate" else "inside its store transaction")
+    return Aim(spec, kind, f"eval {name}: " + aimed_eval_stage(0))
+
+
+def _warm_aim(point: str, step: int = 0) -> Aim:
+    if point == "sft/step":
+        return Aim(f"sft/step@{step}", "warm start: SFT steps", WARM + "tiny-sft absent")
+    return Aim("sft/saved", "warm start: weights written, marker not", WARM + "tiny-sft weights without marker")
+
+
+def _train_aims(est: str, aims: list[Aim]) -> list[Aim]:
+    return [Aim(a.spec, f"train {est}: {a.kind}", f"train {est}: {a.stage}") for a in aims]
+
+
+def ci_aims() -> list[Aim]:
+    """One kill per stage of the pipeline, in the order it reaches them."""
+    return [_warm_aim("sft/step", SFT_STEPS // 3),
+            *_train_aims("prl", [train_aim("train/update_done", 2, SCHEDS["prl"])]),
+            *_train_aims("grpo", [train_aim("train/store_write", 3, SCHEDS["grpo"])]),
+            _eval_aim("warm_start", "eval/generate"), _eval_aim("grpo", "store/insert_samples"),
+            _eval_aim("prl", "eval/generate")]
+
+
+def random_aims(rng: random.Random, k: int) -> list[Aim]:
+    """``k`` (>= 6) kills at seeded random points along the pipeline, in the order it reaches them: one in each of
+    its six stages (the warm start, each training, each evaluation), the rest in stages drawn at random."""
+    groups: list[list[Aim]] = [[_warm_aim("sft/step", s) for s in range(1, SFT_STEPS + 1)] + [_warm_aim("sft/saved")]]
+    for est in ESTIMATORS:
+        groups.append(_train_aims(est, random_train_aims(SCHEDS[est], random.Random(0), 10 ** 6)))  # its whole timeline
+    groups += [[_eval_aim(name, p) for p in ("eval/generate", "store/insert_samples")] for name in EVAL_RUNS]
+    line = [a for g in groups for a in g]
+    picks = {line.index(rng.choice(g)) for g in groups}
+    while len(picks) < k:
+        picks.add(line.index(rng.choice(rng.choice(groups))))
+    return [line[i] for i in sorted(picks)]
+
+
+@pytest.mark.timeout(3600 + 400 * KILLS)
+def test_pipeline_killed_at_each_stage(small_demo, tmp_path):
+    ref_out = small_demo["out"]
+    ref_rows, ref_files = store_rows(ref_out / "store.duckdb"), demo_files(ref_out)
+    ref_steps = {est: {} for est in ESTIMATORS}
+    for run_id, step, name in ref_rows["train_metrics"]:
+        ref_steps[run_id.rsplit("-", 1)[1]].setdefault(step, set()).add(name)
+    for est in ESTIMATORS:
+        assert sorted(ref_steps[est]) == list(range(1, TRAIN_STEPS + 1))
+
+    def segment(i: int, rng: random.Random) -> Segment:
+        out = tmp_path / f"demo{i}" / "demo"  # the run ids come from the directory's name
 
         def final():
-            measured = compare_keys(store_keys(db), ref_keys)
-            s, mismatches = _state(db), []
-            for est in ("prl", "grpo"):
-                steps = s[f"train_{est}"]
-                if sorted(steps) != list(range(1, TRAIN_STEPS + 1)):
-                    mismatches.append(f"{est}: steps {sorted(steps)}, not 1..{TRAIN_STEPS}")
-                differ = [k for k in steps if steps[k] != ref[f"train_{est}"].get(k)]
-                if differ:
-                    mismatches.append(f"{est}: steps {differ}: metric names differ from the uninterrupted run's")
-            store = Store(db, create=False)
-            for name in EVAL_RUNS:
-                status = store.rows("get_run", run_id=f"demo-eval-{name}")
-                if not status or status[0][4] != "finished":
-                    mismatches.append(f"demo-eval-{name}: {status[0][4] if status else 'missing'}")
-            report = json.loads((out / "pipeline_report.json").read_text())
-            if set(report["runs"]) != set(EVAL_RUNS):
-                mismatches.append(f"report runs {sorted(report['runs'])}")
-            for name in EVAL_RUNS:  # the held-out synthetic answers split by style, every sample counted once
-                styles = report["answer_styles"].get(name) or {}
-                if styles.get("samples") != 12 * EVAL_N or not 0.0 <= styles.get("working_share", -1) <= 1.0:
-                    mismatches.append(f"report answer styles of {name}: {styles}")
-            if "held-out synthetic answers by style" not in report["text"]:
-                mismatches.append("report text lacks the answer styles")
-            return {**measured, "mismatches": mismatches}
+            measured = compare_rows(out / "store.duckdb", ref_rows)
+            return {**measured, "mismatches": compare_demo(out, ref_files)}
 
-        return Segment(command(out), after_kill, final)
+        aims = random_aims(rng, 7) if KILLS else ci_aims()
+        return Segment(demo_cmd(out), aims, lambda: {"stage": pipeline_stage(out, ref_steps)}, final)
 
-    record = kill_chain("pipeline", segment, kills=PIPELINE_KILLS, seed=23, delay=(10.0, 90.0), env=cli_env,
-                        attempt_timeout=1500)
-    write_report({**record, "reference_s": round(t_ref, 1)})
-    check_record(record, PIPELINE_KILLS)
+    record = kill_chain("pipeline", segment, kills=max(KILLS, 1), seed=23, env=small_demo["env"], attempt_timeout=1500)
+    write_report({**record, "reference_s": small_demo["seconds"], "files_compared": DEMO_FILES})
+    check_record(record, max(KILLS, 6))
