@@ -121,3 +121,25 @@ def sha256_file(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def run_name(*parts: str, max_part: int = 40) -> str:
+    """A readable run id from its parts (``run_name("import", "_SATURN-1.5B", "aime24", "1a2b3c4d")`` is
+    ``import-saturn-1.5b-aime24-1a2b3c4d``): each part in lower case, characters other than letters, digits and
+    ``._+`` as one ``-``, no separator at a part's ends, at most ``max_part`` characters; parts joined by ``-``.
+    The default run ids of ``prl eval`` and ``prl import`` are made this way (and stay valid file names: the run's
+    log file and shard folder are named after it)."""
+    out = []
+    for part in parts:
+        text, dash = [], False
+        for c in str(part).lower():
+            if c.isascii() and (c.isalnum() or c in "._+"):
+                text.append(c)
+                dash = False
+            elif not dash:
+                text.append("-")
+                dash = True
+        cleaned = "".join(text).strip("-._+")[:max_part].strip("-._+")
+        if cleaned:
+            out.append(cleaned)
+    return "-".join(out) or "run"

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 from prl.data.datasets import last_boxed
+from prl.signals import sigint_blocked
 
 VERDICTS = ("correct", "wrong", "no_answer", "timeout", "gold_unparsable", "error")
 
@@ -437,7 +438,8 @@ class VerifierPool:
     def _spawn(self):
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(target=_worker, args=(child, self.timeout_s, self.memory_mb), daemon=True)
-        proc.start()
+        with sigint_blocked(multiprocessing=True):  # a terminal's Ctrl-C is the command's: close() stops the workers
+            proc.start()
         child.close()
         return [proc, parent]
 
