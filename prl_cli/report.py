@@ -51,7 +51,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
             raise StoreError(f"--db: no store named and none at {DEFAULT_STORE}; give the store with --db")
         paper = load_paper_tables()
-        print(render_check(paper) if args.format == "table" else render(*paper_table(paper), args.format).rstrip("\n"))
+        print(render_check(paper) if args.format == "table" else render(*paper_table(paper), args.format))
         return 0
     check_store(db, write=False)
     from prl.evaluation.report import ReportError, report
@@ -67,7 +67,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         elif args.format == "csv":
             cols = ("cell", "metric", "mean", "seed_lo", "seed_hi", "seed_sd", "problem_lo", "problem_hi", "seeds",
                     "problems")
-            print(render(cols, [tuple(r[c] for c in cols) for r in rep["per_cell"]], "csv").rstrip("\n"))
+            print(render(cols, [tuple(r[c] for c in cols) for r in rep["per_cell"]], "csv"))
         else:
             print(rep["markdown"])
         print(f"written: {rep['files']['md']}, {rep['files']['html']}, {rep['files']['json']}", file=sys.stderr)
@@ -79,7 +79,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if args.format == "csv":
             cols = ("dataset", "problem_id", "sample_idx", "verdict", "extracted_answer", "other_verdict",
                     "other_answer", "gold", "source_ref")
-            print(render(cols, [tuple(d.get(c) for c in cols) for d in result["disagreements"]], "csv").rstrip("\n"))
+            print(render(cols, [tuple(d.get(c) for c in cols) for d in result["disagreements"]], "csv"))
         else:
             print(json.dumps(result, indent=2, default=str) if args.format == "json"
                   else render_agreement(result, full=args.full))

@@ -292,7 +292,7 @@ def report(store: Store, runs: Sequence[str] | None = None, ks: Sequence[int] | 
     if fmt == "csv":
         from prl.store.readonly import render
 
-        return render(*scores_table(scores, comparison), "csv").rstrip("\n")
+        return render(*scores_table(scores, comparison), "csv")
     paper = load_paper_tables() if include_paper else []
     if fmt == "json":
         return json.dumps({"runs": scores, "comparison": comparison, "comparison_note": no_comparison,
