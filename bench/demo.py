@@ -55,7 +55,7 @@ def main() -> int:
         raise SystemExit(f"{out} exists: the bench records a demo from nothing; choose another --out")
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
     env.setdefault("PREFECT_HOME", str(base / "prefect-home"))
-    r = subprocess.run([sys.executable, "-m", "prl_cli", "demo", "--out", str(out), "--no-progress"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "prl_cli", "demo", "--out", str(out), "--quiet"], cwd=ROOT,
                        env=env, text=True)
     if r.returncode != 0:
         raise SystemExit(f"prl demo failed (exit {r.returncode}); its output is above")

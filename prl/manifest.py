@@ -15,7 +15,6 @@ import platform
 import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,8 @@ MANIFEST_KEYS = ("kind", "created_at", "config", "seed", "packages", "git", "mac
 
 def package_versions() -> dict[str, str | None]:
     """{distribution: version or None} for :data:`PACKAGES`."""
+    from importlib import metadata  # here: `prl --help` imports this module (run ids), not the versions
+
     versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:

@@ -75,10 +75,30 @@ def flag_names(cls: type) -> tuple[str, ...]:
 
 
 @cache
+def _module_classes(filename: str) -> dict[str, ast.ClassDef]:
+    """{name: class definition} of the top-level classes of a source file, parsed once (``prl --help`` reads the
+    docstrings of some twenty records from a handful of modules)."""
+    with open(filename, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    return {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def _class_body(cls: type) -> list[ast.stmt]:
+    """The statements of ``cls``'s definition: from its module's parsed source, or (a nested or generated class)
+    from ``inspect.getsource``."""
+    try:
+        node = _module_classes(inspect.getsourcefile(cls) or "").get(cls.__qualname__)
+    except (OSError, TypeError, SyntaxError):
+        node = None
+    if node is None:
+        node = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]  # type: ignore[assignment]
+    return node.body  # type: ignore[union-attr]
+
+
+@cache
 def field_docs(cls: type) -> dict[str, str]:
     """{field: its docstring's first sentence} of a dataclass (the string literal after each field)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
+    body = _class_body(cls)
     docs: dict[str, str] = {}
     for node, nxt in zip(body, body[1:]):
         if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)

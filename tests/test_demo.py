@@ -33,7 +33,7 @@ def test_small_demo_writes_its_store_and_result_file(tmp_path, prefect_harness):
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
     env["PREFECT_API_URL"] = PREFECT_API_URL.value()
     out = tmp_path / "demo"
-    r = subprocess.run([sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--no-progress"],
+    r = subprocess.run([sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--quiet"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=850)
     assert r.returncode == 0, r.stderr[-4000:]
     assert f"open the dashboard:  prl dashboard --db {out / 'store.duckdb'}" in r.stdout

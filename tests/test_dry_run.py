@@ -188,7 +188,7 @@ def test_ref_offload_is_planned_on_the_cpu_with_its_time_per_step():
 
 def test_cli_json_is_the_plan(tmp_path):
     r = subprocess.run([sys.executable, "-m", "prl_cli", "train", "--config", str(PAPER_7B), "--dry-run",
-                        "--gpus-per-node", "8", "--device", "H200-141GB", "--json", "--out", str(tmp_path / "run")],
+                        "--gpus-per-node", "8", "--device", "H200-141GB", "--format", "json", "--out", str(tmp_path / "run")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     plan = json.loads(r.stdout)

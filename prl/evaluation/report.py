@@ -272,7 +272,7 @@ def report(store: Store, runs: Sequence[str] | None = None, ks: Sequence[int] | 
     reference rows with the 5-Avg check.
 
     ``runs=None`` reports every run with samples and compares none of them (runs of one store are
-    often evaluated on different data sets). Named runs (``--runs A,B``, two or more) add the paired
+    often evaluated on different data sets). Named runs (``--run A,B``, two or more) add the paired
     comparison of the second against the first; when the two share no problem the report says so
     in place of the comparison, and every run's tables are still printed.
 

@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tqdm.auto import tqdm
 
 from prl.data.datasets import DATASETS, Problem, load_dataset
 from prl.grading.relevance import FitIndex, fit_index, graded_fields
@@ -203,6 +202,8 @@ def run_import(cfg: ImportConfig, *, progress: bool = True, log: Callable[[str],
     if len(unmatched) > 10:
         log(f"  … and {len(unmatched) - 10} more (all in the run's manifest: prl report --agreement {run_id})")
     added = 0
+    from tqdm.auto import tqdm  # here: it imports asyncio, and `prl --help` imports this module for its options
+
     try:
         if pending:
             with VerifierSettings.of(cfg).pool() as pool, \

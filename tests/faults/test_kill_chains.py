@@ -46,9 +46,9 @@ def _samples(db, run_id) -> set[tuple]:
 @pytest.mark.timeout(300 + 60 * KILLS)
 def test_eval_killed_at_random_points(tiny_model_dir, tmp_path, cli_env):
     n, problems = 2, 160
-    args = [sys.executable, "-m", "prl_cli", "eval", "--model", str(tiny_model_dir), "--datasets",
-            f"synth_test:{problems}", "--n", str(n), "--max-tokens", "32", "--chunk", "4", "--run-id", "e",
-            "--verifier-workers", "1", "--no-progress"]
+    args = [sys.executable, "-m", "prl_cli", "eval", "--model", str(tiny_model_dir), "--dataset",
+            f"synth_test:{problems}", "--n", str(n), "--max-tokens", "32", "--chunk", "4", "--run", "e",
+            "--verifier-workers", "1", "--quiet"]
     ref_db = tmp_path / "ref.duckdb"
     t_ref = run_reference(args + ["--db", str(ref_db)], cli_env)
     expected = _samples(ref_db, "e")
@@ -119,7 +119,7 @@ def test_train_killed_at_random_points(tiny_model_dir, tmp_path, cli_env):
     steps = 10
 
     def command(cfg: Path) -> list[str]:
-        return [sys.executable, "-m", "prl_cli", "train", "--config", str(cfg), "--resume", "--no-progress"]
+        return [sys.executable, "-m", "prl_cli", "train", "--config", str(cfg), "--resume", "--quiet"]
 
     ref_dir = tmp_path / "reference"
     ref_dir.mkdir()

@@ -52,7 +52,7 @@ def _state(db) -> dict:
 def test_pipeline_killed_at_random_points(tmp_path, cli_env):
     def command(out) -> list[str]:
         return [sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--engine", "hf",
-                "--no-progress"]
+                "--quiet"]
 
     ref_db = tmp_path / "reference" / "demo" / "store.duckdb"
     t_ref = run_reference(command(ref_db.parent), cli_env, timeout=1500)
