@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from prl.options import include_fields, option
-from prl.store.db import StoreError
+from prl.store.db import STORE_FILE, StoreError
 
 
 @dataclass
@@ -72,7 +72,7 @@ def check_store(db: str | Path, *, write: bool) -> str:
         raise StoreError(f"--db {db}: a store is a DuckDB file (e.g. runs/store.duckdb), not a {path.suffix} file; "
                          "data files are read by --dataset (prl eval) or prl import")
     if path.is_dir():
-        raise StoreError(f"--db {db}: a folder; name the store file in it, e.g. {path / 'store.duckdb'}")
+        raise StoreError(f"--db {db}: a folder; name the store file in it, e.g. {path / STORE_FILE}")
     if path.exists():
         try:
             with path.open("rb") as f:

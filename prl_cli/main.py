@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import textwrap
+import threading
 
 from prl_core.errors import UserError
 
@@ -96,12 +97,18 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         build_parser().print_help()
         return 0
+    no_bars = {}
+    if quiet or not sys.stderr.isatty():  # the libraries' bars too (loading and writing weights): \r lines in a log
+        # transformers' and huggingface_hub's bars; any other tqdm bar without a setting of its own (undone at the end)
+        no_bars = {k: "1" for k in ("HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE") if k not in os.environ}
+        os.environ.update(no_bars)
     from prl import log_routing
 
     # Commands with a run directory add its log file (log_routing.log_to). An error printed below as one line is not
     # also shown as a library's traceback (Prefect logs one for the failed flow run): that goes to the file.
     log_routing.configure(None, verbose=verbose, quiet=quiet, reported=_reported_here)
-    previous = signal.signal(signal.SIGINT, _on_sigint)
+    in_main_thread = threading.current_thread() is threading.main_thread()  # signal handlers: the main thread's
+    previous = signal.signal(signal.SIGINT, _on_sigint) if in_main_thread else None
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -120,8 +127,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"(library messages of this run: {log_routing.current_log_file()})", file=sys.stderr)
         raise
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if in_main_thread:
+            signal.signal(signal.SIGINT, previous)
         log_routing.reset()
+        for key in no_bars:
+            os.environ.pop(key, None)
 
 
 def _exit_now(status: int) -> None:

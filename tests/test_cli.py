@@ -53,6 +53,7 @@ def test_data_synth_and_build_tiny(tmp_path):
     r = run("model", "build-tiny", "--out", str(tmp_path / "tiny"))
     assert r.returncode == 0, r.stderr
     assert "model.safetensors" in r.stdout and "round trip verified" in r.stdout
+    assert "\r" not in r.stderr  # transformers' "Writing model shards" bar: not into a pipe (issue 29)
     assert (tmp_path / "tiny" / "config.json").exists()
 
 
@@ -565,3 +566,28 @@ def test_ctrl_c_during_eval_is_one_line_exit_130_and_the_rerun_resumes(tiny_mode
     assert "run ctrlc (resumed)" in r.stderr
     final = stored()
     assert len(final) == 24 and set(after) <= set(final)
+
+
+def test_the_warm_starts_sft_bar_follows_progress(tiny_model_dir, tmp_path, monkeypatch):
+    """`--quiet` (progress False) silences the SFT bar of the warm start; with progress it is drawn on a terminal
+    only (tqdm's own check), never as \\r lines into a log. The real training loop runs (3 steps); the held-out
+    accuracy before and after, which has no bar and costs a minute of generation on a busy machine, is 0 here."""
+    import io
+
+    from prl.training import sft
+    from prl.training.sft import SFTConfig, run_sft
+
+    monkeypatch.setattr(sft, "held_out_accuracy", lambda *a, **k: 0.0)
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    cfg = SFTConfig(steps=3, batch_size=4, warmup_steps=1, train_size=16, eval_size=2)
+    drawn = {}
+    for progress, stream in ((True, Terminal()), (False, Terminal()), (True, io.StringIO())):
+        monkeypatch.setattr(sys, "stderr", stream)
+        run_sft(tiny_model_dir, tmp_path / f"out-{progress}-{type(stream).__name__}", cfg, log=lambda m: None,
+                progress=progress)
+        drawn[(progress, type(stream).__name__)] = "sft:" in stream.getvalue() or "step/s" in stream.getvalue()
+    assert drawn == {(True, "Terminal"): True, (False, "Terminal"): False, (True, "StringIO"): False}
