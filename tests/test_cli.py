@@ -591,3 +591,40 @@ def test_the_warm_starts_sft_bar_follows_progress(tiny_model_dir, tmp_path, monk
                 progress=progress)
         drawn[(progress, type(stream).__name__)] = "sft:" in stream.getvalue() or "step/s" in stream.getvalue()
     assert drawn == {(True, "Terminal"): True, (False, "Terminal"): False, (True, "StringIO"): False}
+
+
+def _readme_commands() -> list[list[str]]:
+    """Every `prl …` command line of README.md's code blocks (continuations joined, comments dropped), split as a
+    shell splits it; placeholders (`...`) left out."""
+    import shlex
+
+    commands, block, line_so_far = [], False, ""
+    for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            block = not block
+            continue
+        if not block:
+            continue
+        line_so_far += line.strip()
+        if line_so_far.endswith("\\"):
+            line_so_far = line_so_far[:-1] + " "
+            continue
+        text, line_so_far = line_so_far, ""
+        for part in text.split("&&"):
+            if not part.strip().startswith(("prl ", ".venv/bin/prl ")):
+                continue  # other shell lines and the code of other languages
+            words = shlex.split(part, comments=True)
+            if "..." not in words:
+                commands.append(words[1:])
+    return commands
+
+
+def test_every_prl_command_of_the_readme_parses_in_todays_spelling(capsys):
+    from prl_cli.main import build_parser
+
+    commands = _readme_commands()
+    assert len(commands) >= 25 and ["report", "--db", "runs/store.duckdb", "--run", "A,B"] in commands
+    for argv in commands:
+        build_parser(argv[0]).parse_args(argv)  # an unknown option: SystemExit
+        said = capsys.readouterr().err
+        assert said == "", (argv, said)  # no old spelling ("… is now …")
