@@ -195,6 +195,9 @@ def test_cli_json_is_the_plan(tmp_path):
     assert plan["memory_plan"]["device"] == "H200-141GB" and plan["memory_plan"]["fits"]
     assert {t["name"] for t in plan["memory_plan"]["terms"]} == {"model states", "reference", "engine", "activations",
                                                                  "log-prob chunk", "overhead"}
+    # a hub id is planned from its shipped config, and the command says how a run gets the weights (issue 29)
+    assert "note: Qwen/Qwen2.5-Math-7B is a hub id" in r.stderr and "prl downloads nothing" in r.stderr
+    assert "hf download Qwen/Qwen2.5-Math-7B --local-dir models/Qwen2.5-Math-7B" in r.stderr
 
 
 @pytest.mark.parametrize("env, expected", [({}, 4 << 20), ({"MALLOC_MMAP_THRESHOLD_": "65536"}, 65536)])
