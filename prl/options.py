@@ -163,6 +163,8 @@ def add_config_arguments(parser, cls: type, names: Sequence[str] | None = None, 
         new = option_string(f)
         flags = [*([f.metadata["short"]] if "short" in f.metadata else []), new, *(aliases or {}).get(name, ())]
         extra = {k: f.metadata[k] for k in ("metavar",) if k in f.metadata}
+        if "spelling" in f.metadata and "metavar" not in extra:  # --dataset DATASET, not DATASETS
+            extra["metavar"] = f.metadata["spelling"].upper()
         allowed = (choices or {}).get(name) or f.metadata.get("choices")
         if name in (negate or {}):
             switch, text = negate[name]
