@@ -524,10 +524,11 @@ class VerifierPool:
         for j in pending_by_key.pop(key, [i]):
             results[j] = v
 
-    def close(self) -> None:
+    def close(self, now: bool = False) -> None:
+        """Stop the workers: each finishes its item and exits; ``now`` (after a Ctrl-C): killed at once."""
         for proc, conn in self._workers:
             try:
-                conn.send(None)
+                proc.kill() if now else conn.send(None)
             except (OSError, BrokenPipeError):
                 pass
         for proc, conn in self._workers:
@@ -540,8 +541,8 @@ class VerifierPool:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(now=exc_type is KeyboardInterrupt)
 
 
 def is_correct(response: str, gold: str, *, timeout_s: int = VerifierSettings.verify_timeout_s) -> bool:
