@@ -181,7 +181,7 @@ def trace_report(db: str | Path, runs: tuple[str, str], agreement: str, study: s
     from prl_cli.main import main
 
     a, b = runs
-    commands = {f"prl report --runs {a},{b} --k 1,8": ["--runs", f"{a},{b}", "--k", "1,8"],
+    commands = {f"prl report --run {a},{b} --k 1,8": ["--run", f"{a},{b}", "--k", "1,8"],
                 f"prl report --agreement {agreement}": ["--agreement", agreement],
                 f"prl report --agreement {b} --against {a}": ["--agreement", b, "--against", a],
                 f"prl report --study {study}": ["--study", study, "--out", str(out)]}

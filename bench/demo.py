@@ -155,7 +155,7 @@ def main() -> int:
     out = checkout / "runs" / "demo" if not args.in_place else base / "demo"
     if out.exists():
         raise SystemExit(f"{out} exists: the bench records a demo from nothing; choose another --out")
-    cmd = [str(prl), "demo", "--no-progress"] + (["--out", str(out)] if args.in_place else [])
+    cmd = [str(prl), "demo", "--quiet"] + (["--out", str(out)] if args.in_place else [])
     end_to_end["demo"] = _timed(cmd, checkout, env)
     result = json.loads((out / "demo_result.json").read_text())
     if not args.in_place:

@@ -205,9 +205,9 @@ def _pct(xs: list[float], p: float) -> float:
 def start_writer(db: str, model: str, problems: int, env: dict[str, str] | None = None,
                  run_id: str = WRITER_RUN) -> subprocess.Popen:
     """A real evaluation writing samples into ``db`` (chunks of 4 problems, one transaction each)."""
-    cmd = [sys.executable, "-m", "prl_cli", "eval", "--model", model, "--datasets", f"synth_test:{problems}",
-           "--n", "4", "--max-tokens", "48", "--chunk", "4", "--db", db, "--run-id", run_id,
-           "--verifier-workers", "1", "--no-progress"]
+    cmd = [sys.executable, "-m", "prl_cli", "eval", "--model", model, "--dataset", f"synth_test:{problems}",
+           "--n", "4", "--max-tokens", "48", "--chunk", "4", "--db", db, "--run", run_id,
+           "--verifier-workers", "1", "--quiet"]
     log = tempfile.TemporaryFile("w+")  # not a pipe: nobody reads it while the clients run
     proc = subprocess.Popen(cmd, cwd=HERE.parent, env=env or os.environ.copy(), stdout=subprocess.PIPE,
                             stderr=log, text=True)

@@ -128,8 +128,8 @@ def train_phases(model: Path, sync: str) -> dict:
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
                                                                   "MASTER_PORT")}
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "prl_cli", "train", "--config", f"{tmp}/c.yaml", "--run-id", "bench",
-                        "--no-progress"], check=True, env=env, capture_output=True, text=True)
+        subprocess.run([sys.executable, "-m", "prl_cli", "train", "--config", f"{tmp}/c.yaml", "--run", "bench",
+                        "--quiet"], check=True, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t
         with Store(f"{tmp}/store.duckdb", create=False).read() as con:
             rows = con.execute("select step, name, value from train_metrics where run_id = 'bench' and step >= 2 "

@@ -1350,6 +1350,38 @@ def region_verifier_forms(res: Results) -> str:
     return "\n".join(lines)
 
 
+def region_cli(res: Results) -> str:
+    c = res.get("cli")
+    if c is None:
+        return missing("cli", "python bench/cli.py")
+    m = c["machine"]
+    load = m.get("load_average_1min")
+    cmd = c["commands"]
+    lines = [f"Each command a fresh process ({'with' if c.get('bytecode_cache') else 'without'} Python's bytecode cache), "
+             f"median of {c['repeats']} runs (max in brackets); {machine_detail(m)}"
+             + (f", load average {load[0]:.1f} → {load[1]:.1f} while measuring" if load else "")
+             + (f", at niceness {m['niceness']}" if m.get("niceness") else "") + ".", ""]
+
+    def row(name: str, what: str, target: str, ok: bool | None) -> list[str]:
+        x = cmd[name]
+        return [what, f"{x['median_s']:.2f} s ({x['max_s']:.2f} s)", target, met(ok)]
+
+    lines += table(["command", "time", "target", ""],
+                   [row("help", "`prl --help`", "< 1 s", c["help_met"]), row("sql", "`prl sql` (one query)", "< 1 s", c["sql_met"]),
+                    row("report", "`prl report` (loads torch to compute)", "—", None),
+                    row("verify", "`prl verify` (loads Math-Verify)", "—", None),
+                    row("import_torch", "baseline: `python -c \"import torch\"` (what the parser used to import)", "—", None)])
+    if c["interrupts"]:
+        lines += ["", f"Ctrl-C during `prl eval` (SIGINT to the process group once the first chunk is stored; "
+                  f"{len(c['interrupts'])} runs): median **{c['interrupt_exit_median_s']:.2f} s** from the signal to the "
+                  f"exit (target < 2 s: {met(c['interrupt_met'])}).", ""]
+        lines += table(["exit", "status", "last line", "traceback", "helpers left", "samples stored before → after"],
+                       [[f"{r['exit_s']:.2f} s", str(r["status"]), f"`{r['last_line']}`", "yes" if r["traceback"] else "no",
+                         f"{r['helpers_left']} of {r['helpers']}", f"{r['stored_before']} → {r['stored_after']}"]
+                        for r in c["interrupts"]])
+    return "\n".join(lines)
+
+
 REGIONS: dict[str, Callable[[Results], str]] = {
     "status": region_status, "demo": region_demo, "performance": region_performance, "reliability": region_reliability,
     "summary": region_summary, "advantages": region_advantages, "generation": region_generation, "verify": region_verify,
@@ -1358,13 +1390,14 @@ REGIONS: dict[str, Callable[[Results], str]] = {
     "study": region_study, "peers": region_peers, "suite": region_suite, "suite_time": region_suite_time,
     "memory": region_memory, "smollm2_train": region_smollm2_train, "verifier_forms": region_verifier_forms,
     "reproducibility": region_reproducibility,
+    "cli": region_cli,
 }
 EXPECTED = {
     "README.md": ("suite_time", "status", "demo", "reproducibility", "performance", "reliability", "external", "study",
                   "smollm2_train"),
     "bench/RESULTS.md": ("summary", "advantages", "generation", "real_model", "verify", "verifier_forms", "store", "store_10m", "relevance",
                          "external", "train_step", "dashboard", "load", "faults", "study", "peers", "suite", "memory",
-                         "smollm2_train"),
+                         "smollm2_train", "cli"),
 }
 
 REGION_RE = re.compile(r"<!-- figures:(?P<name>[a-z][a-z0-9_-]*) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)

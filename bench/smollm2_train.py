@@ -8,7 +8,7 @@ Runs, in a scratch directory, what README.md's *Your own model* section shows:
     prl train --config configs/train/tiny_prl.yaml --model models/smollm2 --out runs/train/smollm2-prl --dry-run
     prl train --config configs/train/tiny_prl.yaml --model models/smollm2 --out runs/train/smollm2-prl --steps 2
 
-(the dry run with ``--json``, so its plan can be read), and records in bench/results/smollm2_train.json: whether
+(the dry run with ``--format json``, so its plan can be read), and records in bench/results/smollm2_train.json: whether
 each command finished, the wall time, the plan (peak and phases, CPU), what the trainer measured per step and
 phase (its peak resident memory, reset at every phase start: ``memory/*_peak_gib`` in ``train_metrics``), the
 process tree's peak that ``prl train`` printed, and prediction / measurement.
@@ -57,14 +57,14 @@ def main() -> int:
         if imp.returncode:
             raise SystemExit(imp.stderr[-2000:])
         base = ["train", "--config", CONFIG, "--model", model, "--out", "runs/train/smollm2-prl"]
-        dry, s_dry = run(base + ["--dry-run", "--json"], work)
+        dry, s_dry = run(base + ["--dry-run", "--format", "json"], work)
         out["commands"].append({"command": "prl train --config configs/train/tiny_prl.yaml --model models/smollm2 "
                                            "--out runs/train/smollm2-prl --dry-run", "rc": dry.returncode,
                                 "seconds": round(s_dry, 1)})
         if dry.returncode:
             raise SystemExit(dry.stderr[-2000:])
         plan = json.loads(dry.stdout)["memory_plan"]
-        train, s_train = run(base + ["--steps", "2", "--no-progress"], work)
+        train, s_train = run(base + ["--steps", "2", "--quiet"], work)
         out["commands"].append({"command": "prl train --config configs/train/tiny_prl.yaml --model models/smollm2 "
                                            "--out runs/train/smollm2-prl --steps 2", "rc": train.returncode,
                                 "seconds": round(s_train, 1), "stderr_tail": train.stderr[-1500:]})

@@ -94,7 +94,7 @@ def main() -> int:
     env.setdefault("PREFECT_HOME", str(base / "prefect-home"))
     machine = machine_info()
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "prl_cli", "study", "--config", str(config), "--no-progress"],
+    r = subprocess.run([sys.executable, "-m", "prl_cli", "study", "--config", str(config), "--quiet"],
                        cwd=ROOT, env=env, text=True)
     seconds = time.perf_counter() - t0
     if r.returncode != 0:

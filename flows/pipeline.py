@@ -81,10 +81,10 @@ def build_model(cfg: PipelineConfig) -> str:
 
 @task(name="warm-start", cache_key_fn=_inputs_key("seed", "sft_steps", "sft_eval_size", "direct_frac"),
       persist_result=True)
-def warm_start(cfg: PipelineConfig, model: str) -> str:
+def warm_start(cfg: PipelineConfig, model: str, progress: bool = True) -> str:
     from prl.training.sft import run_warm_start
 
-    return str(run_warm_start(_models(cfg), cfg.warm_start(), log=_log))
+    return str(run_warm_start(_models(cfg), cfg.warm_start(), log=_log, progress=progress))
 
 
 def train_config(cfg: PipelineConfig, estimator: str, model: str):
@@ -177,7 +177,7 @@ def pipeline(cfg: PipelineConfig = PipelineConfig(), progress: bool = True) -> d
     _log(f"pipeline → {cfg.out_dir} (store {cfg.store})")
     timed("data", _cached, prepare_data, "data/synth_test.jsonl", cfg)
     tiny = timed("build_model", _cached, build_model, _marker(WARM_START_BASE), cfg)
-    warm = timed("warm_start", _cached, warm_start, _marker(WARM_START_MODEL), cfg, tiny)
+    warm = timed("warm_start", _cached, warm_start, _marker(WARM_START_MODEL), cfg, tiny, progress)
     policies = {}
     for estimator in ("prl", "grpo"):
         rc = train_config(cfg, estimator, warm)

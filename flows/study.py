@@ -103,7 +103,7 @@ def study(config: str, study_id: str | None = None, task_runner: str = "local", 
     for c, s in st.jobs():
         if (c, s) not in todo:
             _log(f"study {st.id}: {c.name} seed {s}: finished, skipped")
-    model = base_model(st, log=_log) if todo else ""
+    model = base_model(st, log=_log, progress=progress) if todo else ""
     limit = limit_name(st)
     reset_limit(limit, st.settings.concurrency)
     failures: list[str] = []

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from prl_core.config import AlgorithmConfig, ConfigError
 
@@ -17,6 +16,8 @@ from prl_core.config import AlgorithmConfig, ConfigError
 def read_yaml(path: str | Path, what: str = "config file") -> Any:
     """A YAML file's content ({} when empty); a missing file or invalid YAML is a ConfigError naming the
     file and the line."""
+    import yaml  # here, not at module level: the CLI's options come from configs that import this module
+
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -53,6 +53,8 @@ VERBOSE_ENV = "PRL_LOG_VERBOSE"
 class _State:
     def __init__(self, verbose: bool) -> None:
         self.verbose = verbose
+        self.quiet = False
+        self.interrupted = False
         self.log_file: Path | None = None
         self.console: logging.Handler | None = None
         self.file: logging.Handler | None = None
@@ -95,10 +97,14 @@ def _is_our_file(pathname: str) -> bool:
 class _ConsoleFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         st = _state
+        if st is not None and st.quiet and record.levelno < logging.WARNING:
+            return False  # --quiet: no status lines on the console (the log file keeps them)
         if st is None or st.verbose or st.file is None:
             return True
         if is_ours(record):
             return True
+        if st.interrupted:  # after Ctrl-C, the libraries' reports of it (crashed runs, lost connections): file only
+            return False
         return record.levelno >= logging.ERROR and not _reported(st, record)
 
 
@@ -224,12 +230,12 @@ _REROUTE = _Reroute()
 
 
 def configure(log_file: str | Path | None = None, verbose: bool = False,
-              reported: Callable[[BaseException], bool] | None = None) -> Path | None:
+              reported: Callable[[BaseException], bool] | None = None, quiet: bool = False) -> Path | None:
     """Route log records: see the module docstring. Callable again (a later call with a file adds it);
     :func:`reset` undoes everything. Returns the log file's path (created with its directory).
     ``reported``: true for an exception the caller reports itself; a library's record carrying one (a
     traceback) then goes to the log file only (with a log file, and without ``verbose``). It is called
-    while logging: it must not import or log."""
+    while logging: it must not import or log. ``quiet``: the console shows warnings and errors only."""
     global _state
     root = logging.getLogger()
     if _state is None:
@@ -249,6 +255,7 @@ def configure(log_file: str | Path | None = None, verbose: bool = False,
         _state = st
     st = _state
     st.verbose = st.verbose or verbose
+    st.quiet = st.quiet or quiet
     if reported is not None:
         st.reported = reported
     if st.verbose:
@@ -291,6 +298,14 @@ def log_to(log_file: str | Path, *, announce: bool = True) -> Path:
         extra = "" if is_verbose() else "; --verbose shows them here"
         print(f"log: {path}  (library warnings and engine messages{extra})", file=sys.stderr, flush=True)
     return path
+
+
+def interrupted() -> None:
+    """The user pressed Ctrl-C (``prl``'s SIGINT handler calls this): from now on library records go to the log
+    file only (Prefect's "Crash detected!" of each run and task, the errors of connections cut short); the command
+    says "interrupted" itself. Without a log file, or with ``verbose``, nothing changes."""
+    if _state is not None:
+        _state.interrupted = True
 
 
 def is_verbose() -> bool:

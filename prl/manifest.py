@@ -15,7 +15,6 @@ import platform
 import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,8 @@ MANIFEST_KEYS = ("kind", "created_at", "config", "seed", "packages", "git", "mac
 
 def package_versions() -> dict[str, str | None]:
     """{distribution: version or None} for :data:`PACKAGES`."""
+    from importlib import metadata  # here: `prl --help` imports this module (run ids), not the versions
+
     versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
@@ -121,3 +122,25 @@ def sha256_file(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def run_name(*parts: str, max_part: int = 40) -> str:
+    """A readable run id from its parts (``run_name("import", "_SATURN-1.5B", "aime24", "1a2b3c4d")`` is
+    ``import-saturn-1.5b-aime24-1a2b3c4d``): each part in lower case, characters other than letters, digits and
+    ``._+`` as one ``-``, no separator at a part's ends, at most ``max_part`` characters; parts joined by ``-``.
+    The default run ids of ``prl eval`` and ``prl import`` are made this way (and stay valid file names: the run's
+    log file and shard folder are named after it)."""
+    out = []
+    for part in parts:
+        text, dash = [], False
+        for c in str(part).lower():
+            if c.isascii() and (c.isalnum() or c in "._+"):
+                text.append(c)
+                dash = False
+            elif not dash:
+                text.append("-")
+                dash = True
+        cleaned = "".join(text).strip("-._+")[:max_part].strip("-._+")
+        if cleaned:
+            out.append(cleaned)
+    return "-".join(out) or "run"

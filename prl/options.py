@@ -10,6 +10,11 @@ runs (``EvalConfig``, ``ImportConfig``, ``SFTConfig``, ``PipelineConfig``, ``Tra
 A command exposes every field of its record (:func:`flag_names`) except those whose metadata is
 :data:`NO_FLAG` (set by code, never by a user). :func:`include_fields` gives a record the fields of
 another (``VerifierSettings`` in the eval, import, rescore and training configs), defined once.
+
+One vocabulary across commands (docs/architecture.md §The command line): a field whose option is spelled
+otherwise than its name says so in its metadata (:func:`option`'s ``spelling``: ``EvalConfig.datasets`` is
+``--dataset``, like every other command's); the old spelling (the field's own, and any in ``was``) still
+works, hidden from the help, and prints one line naming the new one.
 """
 
 from __future__ import annotations
@@ -54,13 +59,14 @@ def include_fields(*records: type):
     return add
 
 
-def same_as(record: type, name: str) -> Any:
+def same_as(record: type, name: str, *, was: Sequence[str] = ()) -> Any:
     """A field declared in its own place (``n: int = same_as(SamplingConfig, "n")``) whose default, metadata and
     docstring are those of ``record``'s field ``name``: one field of a record that a config repeats, without
-    restating its default or its help."""
+    restating its default or its help. ``was``: old spellings of its option (:func:`option`)."""
     f = {f.name: f for f in dataclasses.fields(record)}[name]
+    extra = {"was": {**f.metadata.get("was", {}), **{w: _SAME for w in was}}} if was else {}
     return dataclasses.field(default=f.default, default_factory=f.default_factory,
-                             metadata={**f.metadata, "same_as": record})
+                             metadata={**f.metadata, **extra, "same_as": record})
 
 
 def flag_names(cls: type) -> tuple[str, ...]:
@@ -69,10 +75,30 @@ def flag_names(cls: type) -> tuple[str, ...]:
 
 
 @cache
+def _module_classes(filename: str) -> dict[str, ast.ClassDef]:
+    """{name: class definition} of the top-level classes of a source file, parsed once (``prl --help`` reads the
+    docstrings of some twenty records from a handful of modules)."""
+    with open(filename, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    return {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def _class_body(cls: type) -> list[ast.stmt]:
+    """The statements of ``cls``'s definition: from its module's parsed source, or (a nested or generated class)
+    from ``inspect.getsource``."""
+    try:
+        node = _module_classes(inspect.getsourcefile(cls) or "").get(cls.__qualname__)
+    except (OSError, TypeError, SyntaxError):
+        node = None
+    if node is None:
+        node = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]  # type: ignore[assignment]
+    return node.body  # type: ignore[union-attr]
+
+
+@cache
 def field_docs(cls: type) -> dict[str, str]:
     """{field: its docstring's first sentence} of a dataclass (the string literal after each field)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
+    body = _class_body(cls)
     docs: dict[str, str] = {}
     for node, nxt in zip(body, body[1:]):
         if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
@@ -134,21 +160,36 @@ def add_config_arguments(parser, cls: type, names: Sequence[str] | None = None, 
         needed = name in required or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
         default = None if (from_file or overrides) else field_default
         doc = docs.get(name, "").rstrip(".").replace("``", "`").replace("%", "%%")
-        flags = ["--" + name.replace("_", "-"), *(aliases or {}).get(name, ())]
+        new = option_string(f)
+        flags = [*([f.metadata["short"]] if "short" in f.metadata else []), new, *(aliases or {}).get(name, ())]
         extra = {k: f.metadata[k] for k in ("metavar",) if k in f.metadata}
+        if "spelling" in f.metadata and "metavar" not in extra:  # --dataset DATASET, not DATASETS
+            extra["metavar"] = f.metadata["spelling"].upper()
         allowed = (choices or {}).get(name) or f.metadata.get("choices")
         if name in (negate or {}):
             switch, text = negate[name]
             parser.add_argument(switch, dest=name, action="store_false", default=default,
                                 help=text)
             continue
-        if kind is bool:
-            parser.add_argument(*flags, dest=name, action="store_true", default=default,
-                                help=doc)
-            continue
         if f.metadata.get("flag") == "positional":
             parser.add_argument(name, nargs="+" if many else None, type=kind,
                                 **({"metavar": name.upper().rstrip("S")} if many else {}), **extra, help=doc)
+            continue
+        for old, value in old_spellings(f).items():  # hidden; each use says the new spelling
+            if value is not _SAME:
+                parser.add_argument(old, dest=name, action=_renamed("store_const", f"{new} {value}"), const=value,
+                                    default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+            elif kind is bool:
+                parser.add_argument(old, dest=name, action=_renamed("store_true", new), default=argparse.SUPPRESS,
+                                    help=argparse.SUPPRESS)
+            else:
+                parser.add_argument(old, dest=name, action=_renamed("append" if f.metadata.get("flag") == "repeat"
+                                                                    else "store", new),
+                                    type=_comma_list(kind) if many and f.metadata.get("flag") != "repeat" else kind,
+                                    choices=allowed, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        if kind is bool:
+            parser.add_argument(*flags, dest=name, action="store_true", default=default,
+                                help=doc)
             continue
         if f.metadata.get("flag") == "repeat":
             parser.add_argument(*flags, dest=name, action="append", type=kind, **extra,
@@ -169,12 +210,50 @@ def add_config_arguments(parser, cls: type, names: Sequence[str] | None = None, 
 
 
 def option(default: Any = dataclasses.MISSING, *, choices: Sequence[Any] | None = None, metavar: str | None = None,
-           flag: bool | str = True) -> Any:
-    """A dataclass field with command-line details: the values it accepts, its metavar (``prl_cli``'s records)."""
-    meta = {k: v for k, v in (("choices", tuple(choices) if choices else None), ("metavar", metavar)) if v}
+           flag: bool | str = True, spelling: str | None = None, was: Sequence[str] | dict[str, Any] = (),
+           short: str | None = None) -> Any:
+    """A dataclass field with command-line details: the values it accepts, its metavar, and how its option is
+    spelled: ``spelling`` (``"dataset"``: ``--dataset``) where the field's name is not the vocabulary's word (the
+    field's own spelling then stays as an old one), ``was``: earlier spellings still accepted (``("--runs",)``; a
+    mapping gives the value a retired switch stands for: ``{"--json": "json"}`` is ``--format json``), ``short``:
+    a one-letter form (``"-q"``)."""
+    meta: dict[str, Any] = {k: v for k, v in (("choices", tuple(choices) if choices else None), ("metavar", metavar),
+                                              ("spelling", spelling), ("short", short)) if v}
+    if was:
+        meta["was"] = dict(was) if isinstance(was, dict) else {w: _SAME for w in was}
     if flag is not True:
         meta["flag"] = flag
     return dataclasses.field(default=default, metadata=meta)
+
+
+_SAME = object()
+"""In ``was``: the old spelling takes the same value as the new one."""
+
+
+def option_string(f: dataclasses.Field) -> str:
+    """The option of field ``f``: ``--`` and its ``spelling`` (default: its name), with dashes."""
+    return "--" + f.metadata.get("spelling", f.name).replace("_", "-")
+
+
+def old_spellings(f: dataclasses.Field) -> dict[str, Any]:
+    """{old option string: the value it stands for, or ``_SAME``}: the field's own spelling where its option is
+    spelled otherwise, and those of ``was``."""
+    own = "--" + f.name.replace("_", "-")
+    return {**({own: _SAME} if own != option_string(f) else {}), **f.metadata.get("was", {})}
+
+
+def _renamed(kind: str, new: str) -> type[argparse.Action]:
+    """An argparse action of ``kind`` for an old spelling: does what the new one does and says so once on stderr."""
+    base = {"store": argparse._StoreAction, "store_true": argparse._StoreTrueAction,
+            "store_const": argparse._StoreConstAction, "append": argparse._AppendAction}[kind]
+
+    class Renamed(base):  # type: ignore[misc, valid-type]
+        def __call__(self, parser, namespace, values, option_string=None):
+            import sys
+
+            print(f"{parser.prog}: {option_string} is now {new} (the old spelling still works)", file=sys.stderr)
+            super().__call__(parser, namespace, values, option_string)
+    return Renamed
 
 
 def config_kwargs(args: argparse.Namespace, cls: type, names: Sequence[str] | None = None) -> dict[str, Any]:

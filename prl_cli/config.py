@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from prl.options import add_config_arguments, option
 
+from prl_cli.common import Verbosity
+
 
 @dataclass
 class CheckOptions:
@@ -36,4 +38,5 @@ def register(sub) -> None:
         "Example: prl config check configs/algorithm/prl.yaml",
     )
     add_config_arguments(c, CheckOptions)
+    add_config_arguments(c, Verbosity)
     c.set_defaults(func=_cmd_config_check)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from prl.options import add_config_arguments
 from prl.store.db import DEFAULT_STORE
 
+from prl_cli.common import Verbosity, check_store
+
 
 @dataclass
 class DashboardOptions:
@@ -27,6 +29,7 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     app = Path(__file__).resolve().parents[1] / "dashboard" / "app.py"
+    check_store(args.db, write=False)
     if not Path(args.db).exists():
         print(f"note: {args.db} does not exist yet; the app will say so until a flow creates it", file=sys.stderr)
     if args.host not in ("127.0.0.1", "localhost"):
@@ -51,4 +54,5 @@ def register(sub) -> None:
         "says otherwise. example: prl dashboard --db runs/store.duckdb",
     )
     add_config_arguments(p, DashboardOptions)
+    add_config_arguments(p, Verbosity)
     p.set_defaults(func=_cmd_dashboard)

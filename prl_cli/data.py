@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from prl.data.synthetic import TEST_SIZE, TRAIN_SIZE
 from prl.options import add_config_arguments
 
+from prl_cli.common import Verbosity
+
 
 @dataclass
 class SynthOptions:
@@ -45,4 +47,5 @@ def register(sub) -> None:
         "never share a problem. Example: prl data synth --out data/synth",
     )
     add_config_arguments(d, SynthOptions)
+    add_config_arguments(d, Verbosity)
     d.set_defaults(func=_cmd_data_synth)

@@ -21,7 +21,7 @@ from prl.evaluation.config import TASK_RUNNERS
 from prl.generation.engines.base import ENGINE_KINDS
 from prl.options import add_config_arguments, config_kwargs
 
-from prl_cli.common import run_flow
+from prl_cli.common import OutputOptions, check_store, run_flow, show_progress
 
 
 @dataclass
@@ -30,8 +30,6 @@ class DemoOptions:
 
     small: bool = False
     """A smoke-test budget (minutes; flows.config.small): 60 warm-start steps, 3 RL steps, 12 synthetic problems + 2 per benchmark; options given as well override it."""
-    no_progress: bool = False
-    """No progress bars."""
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -49,7 +47,8 @@ def main_args(args) -> int:
     from flows.pipeline import pipeline  # prefect: imported when the command runs
 
     cfg = demo_config(args)
-    return run_flow(Path(cfg.out_dir) / "demo.log", lambda: pipeline(cfg, progress=not args.no_progress),
+    check_store(cfg.store, write=True)
+    return run_flow(Path(cfg.out_dir) / "demo.log", lambda: pipeline(cfg, progress=show_progress(args)), args=args,
                     show=run_summary)
 
 
@@ -93,4 +92,5 @@ example:
                          "eval_task_runner": ("--task-runner",)},
                          choices={"engine": ENGINE_KINDS, "eval_task_runner": TASK_RUNNERS})
     add_config_arguments(p, DemoOptions)
+    add_config_arguments(p, OutputOptions)
     p.set_defaults(func=_cmd_demo)

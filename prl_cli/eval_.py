@@ -10,13 +10,14 @@ from prl.evaluation.stages import preflight
 from prl.generation.engines.base import ENGINE_KINDS
 from prl.options import add_config_arguments, config_kwargs
 
-from prl_cli.common import ProgressOptions, run_flow
+from prl_cli.common import OutputOptions, check_store, run_flow, show_progress
 
 HELP = "evaluate a model on benchmarks into a store (Prefect flow, resumable)"
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     cfg = EvalConfig(**config_kwargs(args, EvalConfig))
+    check_store(cfg.db, write=True)
     preflight(cfg)  # input errors as one line, before Prefect starts
     if cfg.task_runner != "local":
         from prl.evaluation.shards import check_leftover_shards
@@ -26,8 +27,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     flow = evaluate_flow(cfg)  # refuses --task-runner ray without prefect-ray, before anything starts
     return run_flow(Path(cfg.db).parent / "logs" / f"{cfg.resolved_run_id()}.log",
-                    lambda: flow(cfg, progress=not args.no_progress),
-                    next_hint=lambda summary: f"prl report --db {cfg.db} --runs {summary['run_id']}")
+                    lambda: flow(cfg, progress=show_progress(args)), args=args,
+                    next_hint=lambda summary: f"prl report --db {cfg.db} --run {summary['run_id']}")
 
 
 def register(sub) -> None:
@@ -44,9 +45,11 @@ every sample in the DuckDB store --db with the run's reproducibility manifest (c
 engine and versions, template hash, git commit). Runs as the Prefect flow 'evaluate' with a
 progress bar.
 
-Resumable: the same command (the run id is derived from model and sampling settings) skips
-problems already stored and finishes the rest; a killed run loses at most the chunk in flight.
-Resuming an existing --run-id with other sampling settings is refused.
+Resumable: the same command skips problems already stored and finishes the rest; a killed run
+loses at most the chunk in flight, and Ctrl-C stops it cleanly (exit status 130). The default
+run id names what is evaluated (model directory, data sets, engine, n) and ends in a hash of the
+settings and data sets: other data sets are another run. Resuming an existing --run with other
+sampling settings is refused.
 
 Precision: --dtype auto (the default) evaluates in the checkpoint's own dtype, the `dtype` (or,
 in older files, `torch_dtype`) of its config.json, float32 when it names none: bfloat16 for the
@@ -64,14 +67,14 @@ names a cluster). Each shard starts its own engine and writes one Parquet file u
 directory every node sees and PREFECT_API_URL a Prefect server every node reaches.
 
 examples:
-  prl eval --model runs/demo/models/tiny-sft --datasets math500,amc23,synth_test --n 8 \\
+  prl eval --model runs/demo/models/tiny-sft --dataset math500,amc23,synth_test --n 8 \\
            --limit 20 --max-tokens 256 --db runs/store.duckdb
-  prl eval --model runs/demo/models/tiny-sft --datasets math500 --n 8 --max-tokens 256 \\
+  prl eval --model runs/demo/models/tiny-sft --dataset math500 --n 8 --max-tokens 256 \\
            --task-runner ray --ray-cpus 2 --shard-problems 50 --db runs/store.duckdb
   prl report --db runs/store.duckdb
 """)
     add_config_arguments(p, EvalConfig, aliases={"chunk_problems": ("--chunk",)},
                          choices={"engine": ENGINE_KINDS, "task_runner": TASK_RUNNERS, "dtype": EVAL_DTYPES},
                          negate={"strict": ("--lenient", "skip bad rows of user data files (counted) instead of failing")})
-    add_config_arguments(p, ProgressOptions)
+    add_config_arguments(p, OutputOptions)
     p.set_defaults(func=_cmd_eval)

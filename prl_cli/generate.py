@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 from prl.generation.engines.base import ENGINE_KINDS, SamplingConfig
 from prl.options import add_config_arguments, option
+
+from prl_cli.common import OutputOptions, show_progress
 
 HELP = "sample responses for a JSONL file of problems (vLLM or transformers)"
 DESCRIPTION = """\
@@ -51,10 +52,6 @@ class GenerateOptions:
     """hf engine: sequences per generate call (default 256)."""
     gpu_memory_utilization: float | None = None
     """vllm engine: memory fraction for weights + KV cache (default 0.2 on CPU, 0.9 on GPU)."""
-    quiet: bool = False
-    """No progress bar or status lines."""
-    verbose: bool = False
-    """Keep vLLM's INFO logging."""
 
 
 def register(sub) -> None:
@@ -63,14 +60,13 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arguments(p, GenerateOptions)
     add_config_arguments(p, SamplingConfig)  # n, temperature, top_p, max_tokens, stop, seed: one source of defaults
+    add_config_arguments(p, OutputOptions)
     p.set_defaults(func=_cmd_generate)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     from prl.generation.generate import run_generate
 
-    if not args.verbose:
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     kw: dict[str, Any] = {}
     if args.engine == "vllm":
         kw["in_process"] = None  # a dedicated process: in-process engine on CPU (faster start and generation)
@@ -88,7 +84,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         run_generate(
             args.model, args.prompts, args.out, engine=args.engine, n=args.n, temperature=args.temperature,
             top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed, stop=tuple(args.stop), dtype=args.dtype,
-            max_model_len=args.max_model_len, limit=args.limit, engine_kwargs=kw, progress=not args.quiet,
+            max_model_len=args.max_model_len, limit=args.limit, engine_kwargs=kw, progress=show_progress(args),
             log=None if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True)),
         )
     except ValueError as e:  # SamplingConfig's checks (the package's own errors reach main as UserError)

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from prl.imports.formats import FORMATS
 from prl.imports.run import ImportConfig
 from prl.options import add_config_arguments, config_kwargs
 
-from prl_cli.common import ProgressOptions, print_json
+from prl_cli.common import OutputOptions, check_store, print_json, show_progress, status_printer
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
     from prl.imports.run import run_import
 
     cfg = ImportConfig(**config_kwargs(args, ImportConfig))
-    print_json(run_import(cfg, progress=not args.no_progress, log=lambda m: print(m, file=sys.stderr)))
+    check_store(cfg.db, write=True)
+    print_json(run_import(cfg, progress=show_progress(args), log=status_printer(args)))
     return 0
 
 
@@ -53,5 +53,5 @@ examples:
   prl report --db runs/store.duckdb --agreement RUN
 """)
     add_config_arguments(p, ImportConfig, choices={"format": FORMATS})
-    add_config_arguments(p, ProgressOptions)
+    add_config_arguments(p, OutputOptions)
     p.set_defaults(func=_cmd_import)

@@ -6,8 +6,10 @@ import argparse
 import errno
 import importlib
 import os
+import signal
 import sys
 import textwrap
+import threading
 
 from prl_core.errors import UserError
 
@@ -34,16 +36,35 @@ COMMANDS = ("selfcheck", "config", "data", "model", "generate", "verify", "sql",
 ``register(sub)``."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="prl", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-v", "--verbose", action="store_true",
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line (as every other ``prl`` error), naming where the options are
+    explained instead of printing the usage."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def command_module(name: str):
+    """The module of subcommand ``name`` (``prl_cli.eval_``, ``prl_cli.import_`` for the keywords)."""
+    return importlib.import_module(f"prl_cli.{name + '_' if name in ('eval', 'import') else name}")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``prl`` parser: every subcommand, or only ``command`` (what ``prl COMMAND …`` needs: the other
+    commands' modules are not imported). Building it imports no torch, Prefect or vLLM: ``prl --help`` and
+    ``prl sql`` answer at once (bench/cli.py measures it)."""
+    parser = Parser(prog="prl", usage="prl [-h] [-v] COMMAND ...", description=DESCRIPTION,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", dest="verbose_before_command", action="store_true",
                         help="show library warnings and engine messages (vLLM, torch, transformers, DeepSpeed, "
                              "Prefect) on the console too; by default eval, train and demo write them to the "
-                             "run's log file")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"prl_cli.{name + '_' if name in ('eval', 'import') else name}").register(sub)
-    parser.description = DESCRIPTION + "\n" + command_list(sub)
+                             "run's log file (also accepted after the command)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog="prl",
+                                help=argparse.SUPPRESS)  # the commands are listed once, in the description
+    for name in (command,) if command in COMMANDS else COMMANDS:
+        command_module(name).register(sub)
+    if command not in COMMANDS:
+        parser.description = DESCRIPTION + "\n" + command_list(sub)
     return parser
 
 
@@ -61,22 +82,39 @@ def command_list(sub: argparse._SubParsersAction) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``prl ARGS``: the exit status. ``argv`` None: this is the process's entry point (the console script,
+    ``python -m prl_cli``), which after a Ctrl-C ends the process at once (:func:`_exit_now`)."""
+    entry = argv is None
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)  # prl's own options take no values
+    args = build_parser(command).parse_args(argv)
+    verbose = args.verbose_before_command or getattr(args, "verbose", False)
+    quiet = getattr(args, "quiet", False)
+    if verbose:
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO")  # vLLM's own messages, which the default quiets
     for key, value in ENVIRONMENT.items():
         os.environ.setdefault(key, value)
-    parser = build_parser()
-    args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
+        build_parser().print_help()
         return 0
+    no_bars = {}
+    if quiet or not sys.stderr.isatty():  # the libraries' bars too (loading and writing weights): \r lines in a log
+        # transformers' and huggingface_hub's bars; any other tqdm bar without a setting of its own (undone at the end)
+        no_bars = {k: "1" for k in ("HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE") if k not in os.environ}
+        os.environ.update(no_bars)
     from prl import log_routing
 
     # Commands with a run directory add its log file (log_routing.log_to). An error printed below as one line is not
     # also shown as a library's traceback (Prefect logs one for the failed flow run): that goes to the file.
-    log_routing.configure(None, verbose=args.verbose, reported=_is_user_error)
+    log_routing.configure(None, verbose=verbose, quiet=quiet, reported=_reported_here)
+    in_main_thread = threading.current_thread() is threading.main_thread()  # signal handlers: the main thread's
+    previous = signal.signal(signal.SIGINT, _on_sigint) if in_main_thread else None
     try:
         return args.func(args)
     except KeyboardInterrupt:
-        print("interrupted (rerun the same command to resume)", file=sys.stderr)
+        print("interrupted (rerun the same command to resume)", file=sys.stderr, flush=True)
+        if entry:
+            _exit_now(130)
         return 130
     except BrokenPipeError:  # `prl report … | head`: the reader has gone; stop quietly, as a shell tool does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
@@ -89,7 +127,51 @@ def main(argv: list[str] | None = None) -> int:
             print(f"(library messages of this run: {log_routing.current_log_file()})", file=sys.stderr)
         raise
     finally:
+        if in_main_thread:
+            signal.signal(signal.SIGINT, previous)
         log_routing.reset()
+        for key in no_bars:
+            os.environ.pop(key, None)
+
+
+def _exit_now(status: int) -> None:
+    """End the process after a Ctrl-C without the teardown of what dies with it: the interpreter's of torch and
+    vLLM, and the objects' finalizers at exit (an in-process vLLM engine's shutdown is seconds of garbage
+    collection: measured 1.6-2.8 s of CPU on 2 cores; a temporary directory left by a library stays). What must
+    happen still does, in the interpreter's order: the log files are closed, the threads joined, the exit handlers
+    run (Prefect stops its API server and flushes its workers; multiprocessing ends its daemonic children, vLLM's
+    engine processes among them), stdout and stderr flushed. The store needs nothing: each chunk was written in its
+    own transaction."""
+    import atexit
+    import weakref
+
+    from prl import log_routing
+
+    log_routing.reset()
+    threading._shutdown()  # type: ignore[attr-defined] - as the interpreter's exit does first: join the threads
+    atexit.unregister(weakref.finalize._exitfunc)  # type: ignore[attr-defined] - the finalizers at exit
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
+def _on_sigint(signum, frame) -> None:
+    """Ctrl-C: what Python does (KeyboardInterrupt in the main thread), after telling the log routing, so that the
+    libraries' reports of the interruption go to the log file and :func:`main`'s one line is all the user sees."""
+    from prl import log_routing
+
+    log_routing.interrupted()
+    raise KeyboardInterrupt
+
+
+def _reported_here(e: BaseException) -> bool:
+    """What :func:`main` reports itself in one line (a user error; Ctrl-C: "interrupted"), so that a library's
+    record of it (Prefect's traceback of the failed or crashed flow run) goes to the log file only."""
+    return isinstance(e, KeyboardInterrupt) or _is_user_error(e)
 
 
 def _is_user_error(e: BaseException) -> bool:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from prl.options import add_config_arguments, config_kwargs, option
 from prl.training.config import SFTConfig
 
+from prl_cli.common import OutputOptions, Verbosity, show_progress, status_printer
+
 
 BUILD_TINY_PAIRS = {"llama": "embedded", "qwen2": "qwen2.5"}
 """`prl model build-tiny`: the tokenizer each --arch is built with (the only pairs that load back intact)."""
@@ -89,7 +91,7 @@ def _cmd_sft(args: argparse.Namespace) -> int:
     from prl.training.sft import run_sft  # torch and transformers load here, not for `prl --help`
 
     cfg = SFTConfig(**config_kwargs(args, SFTConfig))
-    report = run_sft(args.model, args.out, cfg)
+    report = run_sft(args.model, args.out, cfg, log=status_printer(args), progress=show_progress(args))
     print(json.dumps({k: report[k] for k in ("steps", "train_seconds", "accuracy_before_greedy",
                                              "accuracy_after_greedy", "accuracy_after_sampled")}, indent=2))
     return 0
@@ -115,6 +117,7 @@ def register(sub) -> None:
         "prl model build-tiny --arch qwen2 --tokenizer qwen2.5 --out models/tiny-qwen2",
     )
     add_config_arguments(m, BuildTinyOptions)
+    add_config_arguments(m, Verbosity)
     m.set_defaults(func=_cmd_build_tiny, build_tiny_parser=m)
     m = msub.add_parser(
         "sft",
@@ -127,6 +130,7 @@ def register(sub) -> None:
     )
     add_config_arguments(m, SFTPaths)
     add_config_arguments(m, SFTConfig, aliases={"max_minutes": ("--minutes",)})
+    add_config_arguments(m, OutputOptions)
     m.set_defaults(func=_cmd_sft)
     m = msub.add_parser(
         "import",
@@ -144,6 +148,7 @@ def register(sub) -> None:
     )
     add_config_arguments(m.add_mutually_exclusive_group(required=True), ImportSource)
     add_config_arguments(m, ImportTarget)
+    add_config_arguments(m, OutputOptions)
     m.set_defaults(func=_cmd_import)
 
 
@@ -153,8 +158,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     from prl.models import importer
 
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+    log = status_printer(args)
 
     started = time.perf_counter()
     if args.gguf is not None:

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prl.options import add_config_arguments, option
+from prl.store.db import DEFAULT_STORE
+
+from prl_cli.common import FORMATS, Verbosity, check_store
 
 
 @dataclass
@@ -16,13 +19,13 @@ class ReportOptions:
     """`prl report`."""
 
     db: str | None = None
-    """Store file; without it only the paper's rows are checked."""
-    runs: str | None = None
+    """Store file (default: runs/store.duckdb if it exists; without a store only the paper's rows are checked)."""
+    run: str | None = option(None, was=("--runs",))
     """Comma-separated run ids (default: every run with samples, none compared; A,B: B is compared against A)."""
     k: str | None = None
     """Comma-separated k for pass@k (default 1,2,4,8,… up to n)."""
-    json: bool = False
-    """Machine-readable JSON instead of tables."""
+    format: str = option("table", choices=FORMATS, was={"--json": "json"})
+    """Output: the tables as text, CSV (one long table: a row per run, data set and metric; with --agreement the disagreeing samples; with --study the cells' scores) or JSON (everything)."""
     no_paper: bool = False
     """Leave out the paper's reference rows."""
     agreement: str | None = option(None, metavar="RUN")
@@ -38,21 +41,33 @@ class ReportOptions:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from prl.data.paper import load_paper_tables, render_check
+    from prl.data.paper import load_paper_tables, paper_table, render_check
+    from prl.store.readonly import render
 
-    if args.db is None:
-        print(render_check(load_paper_tables()))
+    db = args.db or (DEFAULT_STORE if Path(DEFAULT_STORE).exists() else None)
+    if db is None:
+        if args.study or args.agreement or args.run:
+            from prl.store.db import StoreError
+
+            raise StoreError(f"--db: no store named and none at {DEFAULT_STORE}; give the store with --db")
+        paper = load_paper_tables()
+        print(render_check(paper) if args.format == "table" else render(*paper_table(paper), args.format))
         return 0
+    check_store(db, write=False)
     from prl.evaluation.report import ReportError, report
     from prl.store.db import Store
 
-    store = Store(args.db, create=False)
+    store = Store(db, create=False)
     if args.study:
         from prl.studies.report import write_report
 
-        rep = write_report(args.study, args.db, args.out or Path(args.db).parent)
-        if args.json:
+        rep = write_report(args.study, db, args.out or Path(db).parent)
+        if args.format == "json":
             print(json.dumps({k: v for k, v in rep.items() if k != "markdown"}, indent=2, default=str))
+        elif args.format == "csv":
+            cols = ("cell", "metric", "mean", "seed_lo", "seed_hi", "seed_sd", "problem_lo", "problem_hi", "seeds",
+                    "problems")
+            print(render(cols, [tuple(r[c] for c in cols) for r in rep["per_cell"]], "csv"))
         else:
             print(rep["markdown"])
         print(f"written: {rep['files']['md']}, {rep['files']['html']}, {rep['files']['json']}", file=sys.stderr)
@@ -61,13 +76,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
         from prl.evaluation.agreement import agreement, render_agreement
 
         result = agreement(store, args.agreement, args.against)
-        print(json.dumps(result, indent=2, default=str) if args.json else render_agreement(result, full=args.full))
+        if args.format == "csv":
+            cols = ("dataset", "problem_id", "sample_idx", "verdict", "extracted_answer", "other_verdict",
+                    "other_answer", "gold", "source_ref")
+            print(render(cols, [tuple(d.get(c) for c in cols) for d in result["disagreements"]], "csv"))
+        else:
+            print(json.dumps(result, indent=2, default=str) if args.format == "json"
+                  else render_agreement(result, full=args.full))
         return 0
     if args.against:
         raise ReportError("--against goes with --agreement RUN")
-    runs = [r.strip() for r in args.runs.split(",") if r.strip()] if args.runs else None
+    runs = [r.strip() for r in args.run.split(",") if r.strip()] if args.run else None
     ks = [int(k) for k in args.k.split(",")] if args.k else None
-    print(report(store, runs, ks, as_json=args.json, include_paper=not args.no_paper))
+    print(report(store, runs, ks, fmt=args.format, include_paper=not args.no_paper))
     return 0
 
 
@@ -82,7 +103,7 @@ With --db: for each run (default: every run with samples), per data set average@
 pass@k and maj@n with 95% bootstrap CIs over problems; micro (size-weighted, the paper's
 "5 Avg") and macro (mean of data sets) aggregates labelled with sizes; the suspicious passes
 (correct answer, reasoning that hardly refers to the problem). Runs are compared only when
-named: with --runs A,B (the first two named), B is compared against A on their common problems:
+named: with --run A,B (the first two named), B is compared against A on their common problems:
 difference of average@n with a paired bootstrap CI, McNemar's exact test on pass@k success,
 problems gained and lost. If they share no problem (different data sets), both runs' tables are
 printed and the report says there is nothing in common to compare.
@@ -97,10 +118,12 @@ the reported one, then every disagreeing sample with problem, gold, response and
 extractions, and the source rows that matched no problem.
 
 examples:
-  prl report --db runs/store.duckdb --runs base-run,prl-run --k 1,8
+  prl report --db runs/store.duckdb --run base-run,prl-run --k 1,8
+  prl report --db runs/store.duckdb --format csv > scores.csv
   prl report --db runs/store.duckdb --agreement import-saturn-1a2b3c4d
   prl report --db runs/store.duckdb --agreement RUN.rescore --against RUN
   prl report --db runs/study/embedded/store.duckdb --study embedded
 """)
     add_config_arguments(p, ReportOptions)
+    add_config_arguments(p, Verbosity)
     p.set_defaults(func=_cmd_report)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from prl.evaluation.config import RescoreConfig
 from prl.options import add_config_arguments, config_kwargs
 
-from prl_cli.common import ProgressOptions, print_json
+from prl_cli.common import OutputOptions, check_store, print_json, show_progress, status_printer
 
 
 def _cmd_rescore(args: argparse.Namespace) -> int:
@@ -16,8 +15,9 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
     from prl.grading.verifier import VerifierSettings
 
     cfg = RescoreConfig(**config_kwargs(args, RescoreConfig))
-    print_json(rescore_run(cfg.db, cfg.run, cfg.run_id, verifier=VerifierSettings.of(cfg),
-                           progress=not args.no_progress, log=lambda m: print(m, file=sys.stderr)))
+    check_store(cfg.db, write=True)
+    print_json(rescore_run(cfg.db, cfg.run, cfg.new_run, verifier=VerifierSettings.of(cfg),
+                           progress=show_progress(args), log=status_printer(args)))
     return 0
 
 
@@ -29,13 +29,14 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="""\
 Verify every sample of --run again with the verifier and gold normalisation of this version,
-into a new run (kind 'rescore', default id RUN.rescore); the old run is never changed. Golds
-that normalise differently today are listed in the new run's manifest. Then compare them
-sample by sample: prl report --agreement NEW --against RUN. Resumable like prl eval.
+into a new run (kind 'rescore', id --new-run, default RUN.rescore); the old run is never
+changed. Golds that normalise differently today are listed in the new run's manifest. Then
+compare them sample by sample: prl report --agreement NEW --against RUN. Resumable like
+prl eval.
 
 example:
   prl rescore --db runs/store.duckdb --run import-saturn-1a2b3c4d
 """)
     add_config_arguments(p, RescoreConfig)
-    add_config_arguments(p, ProgressOptions)
+    add_config_arguments(p, OutputOptions)
     p.set_defaults(func=_cmd_rescore)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from prl.options import add_config_arguments
 
+from prl_cli.common import Verbosity
+
 
 @dataclass
 class SelfcheckOptions:
@@ -84,4 +86,5 @@ def register(sub) -> None:
         "status 1 on any mismatch.",
     )
     add_config_arguments(p, SelfcheckOptions)
+    add_config_arguments(p, Verbosity)
     p.set_defaults(func=_cmd_selfcheck)

@@ -12,7 +12,7 @@ from pathlib import Path
 from prl.evaluation.config import TASK_RUNNERS
 from prl.options import add_config_arguments, option
 
-from prl_cli.common import run_flow
+from prl_cli.common import OutputOptions, check_store, run_flow, show_progress
 
 
 @dataclass
@@ -21,7 +21,7 @@ class StudyOptions:
 
     config: str
     """Study YAML (configs/study/*.yaml)."""
-    study_id: str | None = None
+    study: str | None = option(None, metavar="ID", was=("--study-id",))
     """Study id (default: the config's study.id)."""
     task_runner: str = option("local", choices=TASK_RUNNERS)
     """Run the jobs in threads of this process (local) or as Ray tasks (ray; pip install -e '.[ray]')."""
@@ -33,8 +33,6 @@ class StudyOptions:
     """--dry-run: also plan one job's GPU run (memory, batch) on this many GPUs per node (default: no plan)."""
     nodes: int = 0
     """--dry-run: nodes of that plan (default 1)."""
-    no_progress: bool = False
-    """No progress bar."""
 
 
 def _dry_run(study, args) -> int:
@@ -78,16 +76,17 @@ def _value(cfg: dict, key: str):
 def _cmd_study(args: argparse.Namespace) -> int:
     from prl.studies.config import load_study
 
-    study = load_study(args.config, study_id=args.study_id)
+    study = load_study(args.config, study_id=args.study)
     if args.dry_run:
         return _dry_run(study, args)
+    check_store(study.settings.store, write=True)
     Path(study.settings.out_dir).mkdir(parents=True, exist_ok=True)
     from flows.study import study_flow
 
     flow = study_flow(args.task_runner, study.settings.concurrency, args.ray_address)
     return run_flow(Path(study.settings.out_dir) / "study.log",
-                    lambda: flow(args.config, study_id=args.study_id, task_runner=args.task_runner,
-                                 progress=not args.no_progress),
+                    lambda: flow(args.config, study_id=args.study, task_runner=args.task_runner,
+                                 progress=show_progress(args)), args=args,
                     next_hint=lambda _: f"prl report --study {study.id} --db {study.settings.store}   (dashboard: "
                     f"prl dashboard --db {study.settings.store}, page Study)")
 
@@ -120,4 +119,5 @@ examples:
   prl report --study embedded --db runs/study/embedded/store.duckdb
 """)
     add_config_arguments(p, StudyOptions)
+    add_config_arguments(p, OutputOptions)
     p.set_defaults(func=_cmd_study)

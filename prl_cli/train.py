@@ -10,13 +10,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from prl.generation.engines.base import check_model_dir
+from prl.generation.engines.base import check_model_dir, looks_like_hub_id
 from prl import log_routing
 from prl.options import add_config_arguments, option
 from prl.training.config import add_run_arguments, run_config_from_args
 from prl.training.memory import GPUS
 
-from prl_cli.common import ProgressOptions, run_flow
+from prl_cli.common import OutputOptions, check_store, run_flow, show_progress
 
 
 @dataclass
@@ -31,8 +31,8 @@ class DryRunOptions:
     """--dry-run: nodes."""
     device: str | None = option(None, choices=("cpu", *GPUS))
     """--dry-run: the device one rank is planned on (default: cpu for float32 configs, H100-80GB for bfloat16 ones)."""
-    json: bool = False
-    """--dry-run: print the plan as JSON instead of text."""
+    format: str = option("table", choices=("table", "json"), was={"--json": "json"})
+    """--dry-run: the plan as text with its tables, or as JSON."""
     plan_json: str | None = option(None, metavar="FILE")
     """--dry-run: also write the plan as JSON."""
 
@@ -41,13 +41,19 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
     from prl.training import dry_run
 
     cfg = run_config_from_args(args)
-    log_routing.log_to(Path(cfg.train.out_dir).with_name(Path(cfg.train.out_dir).name + ".dry-run.log"))
+    log_routing.log_to(Path(cfg.train.out_dir).with_name(Path(cfg.train.out_dir).name + ".dry-run.log"),
+                       announce=not args.quiet)
     with contextlib.redirect_stdout(sys.stderr):  # library chatter off stdout, which carries the plan
         plan = dry_run.plan(cfg, gpus_per_node=args.gpus_per_node, nodes=args.nodes, device=args.device)
-    print(json.dumps(plan, indent=2, default=str) if args.json else dry_run.render(plan))
+    print(json.dumps(plan, indent=2, default=str) if args.format == "json" else dry_run.render(plan))
     if args.plan_json:
         Path(args.plan_json).write_text(json.dumps(plan, indent=2, default=str) + "\n")
         print(f"[dry-run] plan written to {args.plan_json}", file=sys.stderr)
+    model = cfg.train.model
+    if not Path(model).exists() and looks_like_hub_id(model):  # planned from the shipped config.json alone
+        print(f"note: {model} is a hub id: this plan needs no weights, but a run does, and prl downloads nothing: "
+              f"`hf download {model} --local-dir models/{model.split('/')[1]}`, then train.model: "
+              f"models/{model.split('/')[1]}", file=sys.stderr)
     return 0
 
 
@@ -59,12 +65,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     cfg = run_config_from_args(args)
     cfg.train.validate(cfg.algorithm, int(os.environ.get("WORLD_SIZE", "1")))
     check_model_dir(cfg.train.model)
+    check_store(cfg.train.db, write=True)
     if not args.resume:
         check_fresh_start(cfg.train)  # one line, before Prefect starts
     from flows.train import train
 
     return run_flow(Path(cfg.train.out_dir) / "train.log",
-                    lambda: train(cfg, resume=args.resume, progress=not args.no_progress),
+                    lambda: train(cfg, resume=args.resume, progress=show_progress(args)), args=args,
                     next_hint=lambda result: f"prl report --db {cfg.train.db}   (training curves: prl sql --db "
                     f"{cfg.train.db} \"select step, name, value from train_metrics where run_id = '{result['run_id']}'\")")
 
@@ -95,15 +102,16 @@ the rollout engine's share, activations measured on one layer of the model's own
 log-prob chunk, CUDA's overhead) in each phase of a step, and whether it FITS on --device, with what
 to change when it does not; tokens per step; the chat template and how the tokenizer splits a
 solution into steps. A hub id whose config.json ships in configs/models (Qwen/Qwen2.5-Math-1.5B,
-Qwen/Qwen2.5-Math-7B) needs no download. --json prints the same plan as JSON.
+Qwen/Qwen2.5-Math-7B) needs no download for the plan (a run needs the weights in a local directory:
+prl downloads nothing). --format json prints the same plan as JSON.
 
 example:
   prl train --config configs/train/tiny_prl.yaml --db runs/store.duckdb --steps 20
   prl train --config configs/train/tiny_prl.yaml --resume
   prl train --config configs/train/paper_qwen2.5_math_1.5b.yaml --dry-run --gpus-per-node 4
-  prl train --config configs/train/paper_qwen2.5_math_7b.yaml --dry-run --gpus-per-node 8 --device H100-80GB --json
+  prl train --config configs/train/paper_qwen2.5_math_7b.yaml --dry-run --gpus-per-node 8 --device H100-80GB --format json
 """)
     add_run_arguments(p)  # the same options as the training script (prl.training.config)
-    add_config_arguments(p, ProgressOptions)
+    add_config_arguments(p, OutputOptions)
     add_config_arguments(p, DryRunOptions)
     p.set_defaults(func=_cmd_train)

@@ -13,14 +13,6 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ._checks import require_eta
-from .advantages import ORDERS
-from .estimators import ESTIMATORS, estimator_names, group_size_error
-from .losses import AGGREGATIONS, KL_ESTIMATORS
-from .boundaries import parse_split
-
-
-
 
 class ConfigError(UserError, ValueError):
     """A configuration value or combination is invalid; the message says how to fix it."""
@@ -64,6 +56,13 @@ class AlgorithmConfig:
 
     # ── validation ─────────────────────────────────────────────────────────────────
     def _validate(self) -> None:
+        # Imported here, not at module level: they import torch, and the CLI builds its options from this class
+        # (`prl --help` must not load torch).
+        from .advantages import ORDERS
+        from .boundaries import parse_split
+        from .estimators import ESTIMATORS, estimator_names, group_size_error
+        from .losses import AGGREGATIONS, KL_ESTIMATORS
+
         for f in fields(self):
             _check_type(f.name, getattr(self, f.name), f.type)
         for name in ("eps", "clip_low", "clip_high", "kl_loss_coef", "raft_threshold"):
@@ -148,6 +147,8 @@ def _as_eta(value: Any) -> float:
     """η from a config value: a number, or 'inf' spelled as a string in YAML (checked by ``require_eta``)."""
     if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", ".inf"):
         return math.inf
+    from ._checks import require_eta
+
     try:
         return require_eta(value)
     except ValueError as e:

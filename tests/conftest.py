@@ -83,7 +83,7 @@ def small_demo(prefect_harness, tmp_path_factory):
     env["PREFECT_API_URL"] = PREFECT_API_URL.value()
     out = tmp_path_factory.mktemp("small-demo") / "demo"
     t = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--no-progress"],
+    result = subprocess.run([sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--quiet"],
                             cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=850)
     return {"out": out, "result": result, "seconds": round(time.monotonic() - t, 1), "env": env}
 

@@ -65,7 +65,7 @@ def run_two_ranks(model: Path, tmp_path: Path, *, zero_stage: int, dtype: str, p
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     launcher = str(Path(sys.executable).parent / "deepspeed")
     r = subprocess.run([launcher, "--num_gpus", "2", "--master_port", str(port), str(ROOT / "tests" / "ws2_probe.py"),
-                        "--config", str(path), "--no-progress"], cwd=ROOT, env=env, capture_output=True, text=True,
+                        "--config", str(path), "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     ranks = tmp_path / name / "ranks"

@@ -188,13 +188,16 @@ def test_ref_offload_is_planned_on_the_cpu_with_its_time_per_step():
 
 def test_cli_json_is_the_plan(tmp_path):
     r = subprocess.run([sys.executable, "-m", "prl_cli", "train", "--config", str(PAPER_7B), "--dry-run",
-                        "--gpus-per-node", "8", "--device", "H200-141GB", "--json", "--out", str(tmp_path / "run")],
+                        "--gpus-per-node", "8", "--device", "H200-141GB", "--format", "json", "--out", str(tmp_path / "run")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     plan = json.loads(r.stdout)
     assert plan["memory_plan"]["device"] == "H200-141GB" and plan["memory_plan"]["fits"]
     assert {t["name"] for t in plan["memory_plan"]["terms"]} == {"model states", "reference", "engine", "activations",
                                                                  "log-prob chunk", "overhead"}
+    # a hub id is planned from its shipped config, and the command says how a run gets the weights (issue 29)
+    assert "note: Qwen/Qwen2.5-Math-7B is a hub id" in r.stderr and "prl downloads nothing" in r.stderr
+    assert "hf download Qwen/Qwen2.5-Math-7B --local-dir models/Qwen2.5-Math-7B" in r.stderr
 
 
 @pytest.mark.parametrize("env, expected", [({}, 4 << 20), ({"MALLOC_MMAP_THRESHOLD_": "65536"}, 65536)])

@@ -40,8 +40,9 @@ def test_config_is_validated_up_front(tmp_path):
 
 def test_run_id_is_stable_for_the_same_settings(tmp_path):
     a = EvalConfig(model=str(tmp_path), datasets=("amc23",))
-    assert a.resolved_run_id() == EvalConfig(model=str(tmp_path), datasets=("math500",), limit=3).resolved_run_id()
+    assert a.resolved_run_id() == EvalConfig(model=str(tmp_path), datasets=("amc23",), limit=3).resolved_run_id()
     assert a.resolved_run_id() != EvalConfig(model=str(tmp_path), datasets=("amc23",), seed=1).resolved_run_id()
+    assert a.resolved_run_id() != EvalConfig(model=str(tmp_path), datasets=("math500",)).resolved_run_id()  # issue 29
 
 
 def _with_dtype(model_dir, out, **entries) -> Path:
@@ -88,8 +89,8 @@ def _prl_eval(capsys, model, db, *extra) -> dict:
     from prl_cli.main import main
 
     capsys.readouterr()
-    rc = main(["eval", "--model", str(model), "--datasets", "synth_test", "--limit", "2", "--n", "1", "--max-tokens",
-               "8", "--engine", "hf", "--verifier-workers", "1", "--db", str(db), "--no-progress", *extra])
+    rc = main(["eval", "--model", str(model), "--dataset", "synth_test", "--limit", "2", "--n", "1", "--max-tokens",
+               "8", "--engine", "hf", "--verifier-workers", "1", "--db", str(db), "--quiet", *extra])
     out = capsys.readouterr()
     assert rc == 0, out.err[-3000:]
     return json.loads(out.out)
@@ -192,9 +193,9 @@ def test_sigkill_mid_run_then_resume_gives_exact_counts(tiny_model_dir, tmp_path
     completes the run with exactly n samples per problem and no duplicates."""
     db = tmp_path / "store.duckdb"
     n, limit, chunk = 4, 48, 4
-    cmd = [sys.executable, "-m", "prl_cli", "eval", "--model", str(tiny_model_dir), "--datasets", "synth_test,amc23",
+    cmd = [sys.executable, "-m", "prl_cli", "eval", "--model", str(tiny_model_dir), "--dataset", "synth_test,amc23",
            "--n", str(n), "--limit", str(limit // 2), "--max-tokens", "48", "--chunk", str(chunk), "--db", str(db),
-           "--run-id", "killme", "--no-progress"]
+           "--run", "killme", "--quiet"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     kill_when(cmd, lambda: Store(db, create=False, lock_timeout_s=5).rows("count_samples")[0][0] >= 2 * chunk * n,
               cwd=ROOT, env=env, timeout_s=300)  # the CLI and its verifier workers

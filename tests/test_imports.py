@@ -55,8 +55,8 @@ def store_snapshot(db: Path) -> list[tuple]:
 def aime_store(tmp_path_factory):
     """The lighteval AIME 2024 file imported once (the CLI's own output kept)."""
     db = tmp_path_factory.mktemp("imports") / "store.duckdb"
-    rc = prl_main(["import", str(AIME), "--dataset", "aime24", "--db", str(db), "--no-progress",
-                   "--run-id", "saturn-aime"])
+    rc = prl_main(["import", str(AIME), "--dataset", "aime24", "--db", str(db), "--quiet",
+                   "--run", "saturn-aime"])
     assert rc == 0
     return db
 
@@ -86,11 +86,10 @@ def test_lighteval_aime_gives_our_accuracy_beside_the_reported_one(aime_store, c
 def test_reimporting_adds_nothing_and_other_files_under_the_same_id_are_refused(aime_store, capsys, tmp_path):
     db = aime_store
     before = store_snapshot(db)
-    rc, out, err = cli(capsys, "import", str(AIME), "--dataset", "aime24", "--db", str(db), "--no-progress",
-                       "--run-id", "saturn-aime")
+    rc, out, err = cli(capsys, "import", str(AIME), "--dataset", "aime24", "--db", str(db), "--run", "saturn-aime")
     assert rc == 0 and json.loads(out)["samples_added"] == 0 and "30 already stored" in err
     assert store_snapshot(db) == before
-    rc, _, err = cli(capsys, "import", str(AMC), "--dataset", "amc23", "--db", str(db), "--run-id", "saturn-aime")
+    rc, _, err = cli(capsys, "import", str(AMC), "--dataset", "amc23", "--db", str(db), "--run", "saturn-aime")
     assert rc == 2 and "was imported from other files" in err
     assert store_snapshot(db) == before
 
@@ -98,7 +97,7 @@ def test_reimporting_adds_nothing_and_other_files_under_the_same_id_are_refused(
 def test_amc_json_matches_the_40_amc23_problems_and_lists_the_43_others(tmp_path, capsys):
     db = tmp_path / "s.duckdb"
     rc, out, err = cli(capsys, "import", str(AMC), "--format", "json", "--dataset", "amc23", "--db", str(db),
-                       "--fields", AMC_FIELDS, "--reported-accuracy", "0.6506", "--run-id", "r1", "--no-progress")
+                       "--fields", AMC_FIELDS, "--reported-accuracy", "0.6506", "--run", "r1")
     assert rc == 0
     s = json.loads(out)
     assert (s["rows"], s["rows_matched"], s["rows_unmatched"], s["samples"]) == (83, 40, 43, 40)
@@ -109,7 +108,7 @@ def test_amc_json_matches_the_40_amc23_problems_and_lists_the_43_others(tmp_path
     # the source's labels on the 40: 30 true (the file's 0.6506 is over all 83 rows: 54/83)
     assert sum(json.loads(AMC.read_text())[i]["correct"] for i in range(83)) == 54
     assert sql(db, "SELECT sum(source_label), count(*) FROM samples WHERE run_id = 'r1'") == [(30.0, 40)]
-    rc, out, _ = cli(capsys, "report", "--db", str(db), "--agreement", "r1", "--json")
+    rc, out, _ = cli(capsys, "report", "--db", str(db), "--agreement", "r1", "--format", "json")
     res = json.loads(out)
     assert res["table"] == {"both_correct": 29, "ours_only": 0, "theirs_only": 1, "both_wrong": 10}
     assert res["kappa"] == pytest.approx(0.935, abs=5e-4) and len(res["unmatched"]) == 43
@@ -123,7 +122,7 @@ def test_math500_jsonl_by_fields_the_prompt_wraps_the_problem(tmp_path, capsys):
     part.write_text("".join(MATH.read_text().splitlines(keepends=True)[:40]))
     db = tmp_path / "s.duckdb"
     rc, out, _ = cli(capsys, "import", str(part), "--dataset", "math500", "--db", str(db), "--fields", MATH_FIELDS,
-                     "--run-id", "qwen-math", "--no-progress")
+                     "--run", "qwen-math", "--quiet")
     assert rc == 0
     s = json.loads(out)
     assert s["rows_matched"] == 40 and s["rows_unmatched"] == 0
@@ -159,8 +158,8 @@ def test_bad_files_are_one_clear_error_and_change_nothing(aime_store, capsys, tm
 def test_a_killed_import_resumes_to_the_same_store(tmp_path):
     part = tmp_path / "results.jsonl"
     part.write_text("".join(MATH.read_text().splitlines(keepends=True)[:48]))
-    args = [str(part), "--dataset", "math500", "--fields", MATH_FIELDS, "--run-id", "q", "--chunk-samples", "8",
-            "--verifier-workers", "1", "--no-progress"]
+    args = [str(part), "--dataset", "math500", "--fields", MATH_FIELDS, "--run", "q", "--chunk-samples", "8",
+            "--verifier-workers", "1", "--quiet"]
     killed, whole = tmp_path / "killed.duckdb", tmp_path / "whole.duckdb"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "prl_cli", "import", *args]
@@ -192,7 +191,7 @@ def test_rescore_makes_a_new_run_and_measures_a_normalisation_fix(tmp_path, caps
                    + json.dumps({"id": "p2", "question": "What is two plus two, as a plain number?",
                                  "output": "\\boxed{4}", "correct": True}) + "\n")
     db = tmp_path / "s.duckdb"
-    rc, _, _ = cli(capsys, "import", str(gen), "--dataset", str(data), "--db", str(db), "--run-id", "old", "--no-progress")
+    rc, _, _ = cli(capsys, "import", str(gen), "--dataset", str(data), "--db", str(db), "--run", "old", "--quiet")
     assert rc == 0
     assert sql(db, "SELECT gold_normalized FROM problems WHERE problem_id = 'physics/p1'") == [("4.5 \\times 10^{33}",)]
     con = duckdb.connect(str(db))  # what a store written before the normalisation applied to user files holds
@@ -200,7 +199,7 @@ def test_rescore_makes_a_new_run_and_measures_a_normalisation_fix(tmp_path, caps
     con.execute("UPDATE samples SET verdict = 'wrong', score = 0 WHERE problem_id = 'physics/p1'")
     con.close()
     old = sql(db, "SELECT * FROM samples WHERE run_id = 'old' ORDER BY ALL")
-    rc, out, _ = cli(capsys, "rescore", "--db", str(db), "--run", "old", "--no-progress")
+    rc, out, _ = cli(capsys, "rescore", "--db", str(db), "--run", "old", "--quiet")
     assert rc == 0
     s = json.loads(out)
     assert (s["run_id"], s["samples"], s["verdicts_changed"], s["now_correct"], s["gold_changes"]) == \
@@ -209,14 +208,14 @@ def test_rescore_makes_a_new_run_and_measures_a_normalisation_fix(tmp_path, caps
     (kind, parent, manifest), = sql(db, "SELECT kind, parent_run_id, manifest FROM runs WHERE run_id = 'old.rescore'")
     assert (kind, parent) == ("rescore", "old")
     assert json.loads(manifest)["gold_changes"] == {"physics/p1": {"old": "4.5e33", "new": "4.5 \\times 10^{33}"}}
-    rc, out, _ = cli(capsys, "report", "--db", str(db), "--agreement", "old.rescore", "--against", "old", "--json")
+    rc, out, _ = cli(capsys, "report", "--db", str(db), "--agreement", "old.rescore", "--against", "old", "--format", "json")
     res = json.loads(out)
     assert res["table"] == {"both_correct": 1, "ours_only": 1, "theirs_only": 0, "both_wrong": 0}
     assert res["disagreements"][0]["gold"] == "4.5 \\times 10^{33}"
     # the same command again adds nothing; an id that is not a rescore of this run is refused
-    rc, out, _ = cli(capsys, "rescore", "--db", str(db), "--run", "old", "--no-progress")
+    rc, out, _ = cli(capsys, "rescore", "--db", str(db), "--run", "old", "--quiet")
     assert rc == 0 and json.loads(out)["samples_added"] == 0
-    rc, _, err = cli(capsys, "rescore", "--db", str(db), "--run", "old", "--run-id", "old")
+    rc, _, err = cli(capsys, "rescore", "--db", str(db), "--run", "old", "--new-run", "old")
     assert rc == 2 and "needs a new id" in err
 
 
@@ -289,8 +288,8 @@ def test_files_the_tools_wrote_here_import(folder, tmp_path, capsys):
     fmt = {"lm_eval": "lm-eval", "inspect": "inspect", "verl": "verl"}[folder]
     assert detect_format(files[0]) == fmt
     db = tmp_path / "s.duckdb"
-    rc, out, _ = cli(capsys, "import", *map(str, files), "--dataset", "synth_test", "--db", str(db), "--no-progress",
-                     "--run-id", folder)
+    rc, out, _ = cli(capsys, "import", *map(str, files), "--dataset", "synth_test", "--db", str(db), "--quiet",
+                     "--run", folder)
     assert rc == 0
     s = json.loads(out)
     assert s["rows_unmatched"] == 0 and s["samples"] == 40  # 20 problems x 2 responses each
@@ -316,7 +315,7 @@ def test_a_report_piped_into_head_ends_quietly(tmp_path):
 
     db = tmp_path / "s.duckdb"
     assert prl_main(["import", str(MATH), "--dataset", "math500", "--db", str(db), "--fields", MATH_FIELDS,
-                     "--run-id", "m", "--no-progress"]) == 0
+                     "--run", "m", "--quiet"]) == 0
     r = subprocess.run(f"{sys.executable} -m prl_cli report --db {db} --agreement m --full | head -2",
                        shell=True, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.stdout.startswith("agreement: run m (ours)") and len(r.stdout.splitlines()) == 2

@@ -182,9 +182,8 @@ def test_prl_eval_console_holds_only_our_lines_and_the_log_file_the_rest(tiny_mo
     pytest.importorskip("vllm")
     db = tmp_path / "store" / "ux.duckdb"
     env = {**os.environ, "PREFECT_LOGGING_LEVEL": "INFO"}  # as users run it (conftest quiets Prefect for tests)
-    r = subprocess.run([sys.executable, "-m", "prl_cli", "eval", "--model", str(tiny_model_dir), "--datasets",
-                        "synth_test:4", "--n", "2", "--max-tokens", "8", "--db", str(db), "--run-id", "ux",
-                        "--no-progress"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=400)
+    r = subprocess.run([sys.executable, "-m", "prl_cli", "eval", "--model", str(tiny_model_dir), "--dataset",
+                        "synth_test:4", "--n", "2", "--max-tokens", "8", "--db", str(db), "--run", "ux"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=400)
     assert r.returncode == 0, r.stderr
     log_file = tmp_path / "store" / "logs" / "ux.log"
     assert f"log: {log_file}" in r.stderr

@@ -183,8 +183,8 @@ def _checkpoint_trigger(tmp_path, model, env, prefect) -> None:
                      "checkpoint_every": 1, "eval_every": 0, "eval_datasets": ["synth_test:3"], "eval_n": 2,
                      "eval_limit": None, "segments_per_step": 1}}
     (tmp_path / "ckpt.yaml").write_text(yaml.safe_dump(cfg))
-    r = subprocess.run([sys.executable, "-m", "prl_cli", "train", "--config", str(tmp_path / "ckpt.yaml"),
-                        "--no-progress"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    r = subprocess.run([sys.executable, "-m", "prl_cli", "train", "--config", str(tmp_path / "ckpt.yaml")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert (r.stdout + r.stderr).count(f"event {CHECKPOINT_EVENT} sent") == 2, (r.stdout + r.stderr)[-3000:]
     deadline, runs, completed = time.monotonic() + 420, [], 0

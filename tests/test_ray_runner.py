@@ -59,8 +59,8 @@ def test_demo_evaluations_on_ray_store_the_in_process_samples(small_demo, tmp_pa
             con.execute(f"delete from {table} where run_id like 'demo-eval-%'")
     (out / "pipeline_report.json").unlink()
 
-    r = subprocess.run([sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--task-runner", "ray",
-                        "--no-progress"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=850)
+    r = subprocess.run([sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--task-runner", "ray"],
+                       cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=850)
     assert r.returncode == 0, r.stderr[-4000:]
 
     got = _rows(db, f"select {SAMPLE_VALUES} from samples where run_id like 'demo-eval-%' order by all")
@@ -97,8 +97,8 @@ def test_two_job_study_on_ray_runs_each_job_as_a_ray_task(tmp_path, warm_model):
     """`prl study --task-runner ray` on 2 cells × 1 seed: both jobs run as Ray tasks (prefect-ray's runner, a
     local Ray runtime), each trains its 2 steps and stores its evaluation, and the report is written."""
     config = _two_job_study(tmp_path, warm_model[0])
-    r = subprocess.run([sys.executable, "-m", "prl_cli", "study", "--config", str(config), "--task-runner", "ray",
-                        "--no-progress"], cwd=ROOT, env={**_env(), "PREFECT_LOGGING_LEVEL": "INFO"},
+    r = subprocess.run([sys.executable, "-m", "prl_cli", "study", "--config", str(config), "--task-runner", "ray"],
+                       cwd=ROOT, env={**_env(), "PREFECT_LOGGING_LEVEL": "INFO"},
                        capture_output=True, text=True, timeout=850)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     result = json.loads(r.stdout[r.stdout.index("{"):])

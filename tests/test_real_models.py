@@ -77,8 +77,8 @@ def test_eval_on_smollm2_then_the_problem_page_shows_its_samples(smollm2_dir, tm
     from transformers import AutoTokenizer
 
     db = tmp_path / "store.duckdb"
-    prl(["eval", "--model", str(smollm2_dir), "--datasets", "math500,amc23", "--limit", "2", "--n", "2",
-         "--max-tokens", "48", "--db", str(db), "--run-id", "smol", "--no-progress"], cli_env)
+    prl(["eval", "--model", str(smollm2_dir), "--dataset", "math500,amc23", "--limit", "2", "--n", "2",
+         "--max-tokens", "48", "--db", str(db), "--run", "smol", "--quiet"], cli_env)
     rows = q(db, "select dataset, problem_id, sample_idx, verdict, n_tokens, response from samples "
                  "where run_id = 'smol' order by all")
     assert len(rows) == 2 * 2 * 2 and {r[0] for r in rows} == {"math500", "amc23"}
@@ -105,7 +105,7 @@ def test_eval_on_smollm2_then_the_problem_page_shows_its_samples(smollm2_dir, tm
 
 def test_two_prl_steps_on_smollm2_move_the_weights_and_vllm_samples_from_them(smollm2_dir, tmp_path, cli_env):
     cfg = train_config(tmp_path / "smol.yaml", smollm2_dir, tmp_path, steps=2)
-    prl(["train", "--config", str(cfg), "--run-id", "smol-prl", "--no-progress"], cli_env)
+    prl(["train", "--config", str(cfg), "--run", "smol-prl", "--quiet"], cli_env)
     m = metrics(tmp_path / "store.duckdb", "smol-prl")
     assert sorted(m) == [1, 2]
     manifest = manifest_of(tmp_path / "store.duckdb", "smol-prl")
@@ -124,7 +124,7 @@ def test_two_prl_steps_on_smollm2_move_the_weights_and_vllm_samples_from_them(sm
 
 def test_one_prl_step_on_a_qwen2_with_the_real_tokenizer(tiny_qwen2_dir, tmp_path, cli_env):
     cfg = train_config(tmp_path / "qwen.yaml", tiny_qwen2_dir, tmp_path, steps=1, max_tokens=48)
-    prl(["train", "--config", str(cfg), "--run-id", "qwen-prl", "--no-progress"], cli_env)
+    prl(["train", "--config", str(cfg), "--run", "qwen-prl", "--quiet"], cli_env)
     db = tmp_path / "store.duckdb"
     m = metrics(tmp_path / "store.duckdb", "qwen-prl")
     assert sorted(m) == [1] and m[1]["rollout/logprob_diff_max"] < 1e-3

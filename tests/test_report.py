@@ -151,7 +151,7 @@ def test_report_of_runs_on_different_datasets_prints_both_and_compares_nothing()
 
 def test_asked_comparison_of_runs_with_nothing_in_common_says_so_and_keeps_the_tables():
     s = _store(DISJOINT)
-    text = report(s, ["r1", "r2"], include_paper=False)  # `--runs r1,r2`
+    text = report(s, ["r1", "r2"], include_paper=False)  # `--run r1,r2`
     _assert_both_tables(text)
     assert "paired comparison: B" not in text
     assert ("no paired comparison: runs r1 and r2 share no problems (r1: math500; r2: amc23); "
@@ -166,7 +166,7 @@ def test_asked_comparison_of_runs_with_nothing_in_common_says_so_and_keeps_the_t
 def test_cli_report_of_runs_on_different_datasets(tmp_path):
     db = str(tmp_path / "store.duckdb")
     _store(DISJOINT, db)
-    for extra in ([], ["--runs", "r1,r2"]):
+    for extra in ([], ["--run", "r1,r2"]):
         r = subprocess.run([sys.executable, "-m", "prl_cli", "report", "--db", db, "--no-paper", *extra],
                            check=False, capture_output=True, text=True, cwd=ROOT, timeout=300)
         assert r.returncode == 0, r.stderr

@@ -129,8 +129,8 @@ def test_prl_eval_on_a_local_ray_runtime_matches_the_in_process_run(tiny_model_d
     """`prl eval --task-runner ray --ray-cpus 2`: shards run as Prefect tasks in Ray workers, write
     Parquet files, and the driver stores them; the samples equal an in-process run's."""
     db, ref_db = tmp_path / "ray.duckdb", tmp_path / "ref.duckdb"
-    args = ["--model", str(tiny_model_dir), "--datasets", "synth_test:12,math500:4", "--n", "2",
-            "--max-tokens", "24", "--run-id", "r", "--no-progress", "--verifier-workers", "1"]
+    args = ["--model", str(tiny_model_dir), "--dataset", "synth_test:12,math500:4", "--n", "2",
+            "--max-tokens", "24", "--run", "r", "--quiet", "--verifier-workers", "1"]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PREFECT_LOGGING_LEVEL": "INFO"}
     cmd = [sys.executable, "-m", "prl_cli", "eval", *args, "--db", str(db), "--task-runner", "ray",
            "--ray-cpus", "2", "--shard-problems", "8"]

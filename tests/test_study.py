@@ -189,7 +189,7 @@ def test_small_study_end_to_end_killed_and_finished_by_a_rerun(tmp_path, warm_mo
     """2 cells × 2 seeds: SIGKILL while the second job trains; the rerun skips the finished job, resumes the
     killed one from its checkpoint, runs the rest, and the report's figures come from the stored rows."""
     config = _small_study(tmp_path, warm_model[0])
-    cmd = [sys.executable, "-m", "prl_cli", "study", "--config", str(config), "--no-progress"]
+    cmd = [sys.executable, "-m", "prl_cli", "study", "--config", str(config)]
     log = tmp_path / "first.log"
     with log.open("w") as f:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=_cli_env(), stdout=f, stderr=subprocess.STDOUT,

@@ -410,7 +410,7 @@ def test_sigkill_mid_run_then_resume(warm_model, tmp_path, prefect_api_env):
                   steps=6, checkpoint_every=2, engine="vllm", max_tokens=32)
     db = str(tmp_path / "store.duckdb")
     env = _clean_env()
-    cmd = [sys.executable, "-m", "prl_cli", "train", "--config", str(cfg), "--no-progress"]
+    cmd = [sys.executable, "-m", "prl_cli", "train", "--config", str(cfg), "--quiet"]
     kill_when(cmd, lambda: len(_metrics(db, "killed")) >= 3, cwd=ROOT, env=env, timeout_s=400, poll_s=0.1)
     steps_before = sorted(_metrics(db, "killed"))
     assert steps_before[:3] == [1, 2, 3]

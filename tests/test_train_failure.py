@@ -225,7 +225,7 @@ def test_prl_train_whose_training_process_is_sigkilled_prints_one_error_line(tin
         "train": {"model": str(tiny_model_dir), "out_dir": str(out), "db": str(tmp_path / "store.duckdb"),
                   "steps": 2, "prompts_per_step": 2, "max_tokens": 8, "engine": "hf", "mini_batch_size": 4,
                   "micro_batch_size": 4, "eval_datasets": []}}))
-    cli = subprocess.Popen([sys.executable, "-m", "prl_cli", "train", "--config", str(cfg), "--no-progress"],
+    cli = subprocess.Popen([sys.executable, "-m", "prl_cli", "train", "--config", str(cfg)],
                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 90

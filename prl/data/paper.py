@@ -63,3 +63,11 @@ def render_check(rows: list[PaperRow]) -> str:
                (", ".join(f"Table {r.table} {r.base_model} {r.method} ({r.computed_5avg:.4f} vs {r.reported_5avg})"
                           for r in bad) or "none"))
     return "\n".join(out)
+
+
+def paper_table(rows: list[PaperRow]) -> tuple[tuple[str, ...], list[tuple]]:
+    """(columns, rows) of the reference rows and their 5-Avg check, as :func:`render_check` shows them
+    (``prl report --format csv`` without a store)."""
+    cols = ("table", "metric", "base_model", "method", *SIZES, "reported_5avg", "computed_5avg", "macro", "matches")
+    return cols, [(r.table, r.metric, r.base_model, r.method, *(r.scores.get(d) for d in SIZES), r.reported_5avg,
+                   round(r.computed_5avg, 4), round(r.macro, 4), r.matches) for r in rows]

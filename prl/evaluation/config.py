@@ -13,7 +13,8 @@ from typing import Any
 from prl.data.datasets import DATASETS
 from prl.generation.engines.base import ENGINE_KINDS, EngineError, SamplingConfig, read_model_config
 from prl.grading.verifier import VerifierSettings
-from prl.options import NO_FLAG, include_fields, same_as
+from prl.manifest import run_name
+from prl.options import NO_FLAG, include_fields, option, same_as
 from prl.store.db import DEFAULT_STORE
 
 TASK_RUNNERS = ("local", "ray")
@@ -35,13 +36,13 @@ class EvalConfig:
 
     model: str
     """Model directory (Hugging Face layout with a chat template)."""
-    datasets: tuple[str, ...] = ("math500",)
+    datasets: tuple[str, ...] = option(("math500",), spelling="dataset")
     """Bundled benchmarks (math500, minerva_math, olympiad_bench, aime24, amc23), synth_test, or .jsonl/.parquet paths."""
     n: int = same_as(SamplingConfig, "n")
     db: str = DEFAULT_STORE
     """Store file (DuckDB); created if missing."""
-    run_id: str | None = None
-    """Run id; default: model directory name + a hash of the settings, so the same command resumes."""
+    run_id: str | None = option(None, spelling="run")
+    """Run id; default: the model directory's name, the data sets, the engine, n and a hash of the settings and data sets (the same command resumes; other data sets are another run)."""
     engine: str = "vllm"
     """Generation engine: 'vllm' or 'hf' (transformers.generate)."""
     limit: int | None = None
@@ -138,10 +139,21 @@ class EvalConfig:
                 "top_p": self.top_p, "seed": self.seed, "dtype": self.dtype}
 
     def resolved_run_id(self) -> str:
+        """``run_id``, or the default: what was evaluated, by name (model directory, data sets, engine, n) and a hash
+        of the :meth:`identity` and the data sets (a user file by its resolved path), so that the same command
+        resumes its run and another data set starts another one. A ``:K`` or ``limit`` is not part of it: more
+        problems of the same data sets extend the run."""
         if self.run_id:
             return self.run_id
-        digest = hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()[:8]
-        return f"{Path(self.model).resolve().name}-{self.engine}-n{self.n}-{digest}"
+        names = sorted({split_spec(d)[0] for d in self.datasets})
+        sets = [n if n in DATASETS else str(Path(n).resolve()) for n in names]
+        digest = hashlib.sha256(json.dumps({**self.identity(), "datasets": sets}, sort_keys=True).encode()
+                                ).hexdigest()[:8]
+        label = "+".join(n if n in DATASETS else Path(n).stem for n in names)
+        if len(label) > 40:  # five benchmarks and a file: the first ones, then how many more
+            shown = [n if n in DATASETS else Path(n).stem for n in names][:2]
+            label = "+".join(shown) + f"+{len(names) - len(shown)}more"
+        return run_name(Path(self.model).resolve().name, label, self.engine, f"n{self.n}", digest)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -156,11 +168,11 @@ class EvalConfig:
 class RescoreConfig:
     """One rescore (``prl rescore``): which stored run, into which new run, verified how (``VerifierSettings``)."""
 
-    db: str
-    """Store file."""
     run: str
     """The run to re-verify."""
-    run_id: str | None = None
+    db: str = DEFAULT_STORE
+    """Store file."""
+    new_run: str | None = option(None, was=("--run-id",))
     """Id of the new run (default: RUN.rescore)."""
 
 

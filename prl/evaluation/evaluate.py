@@ -98,6 +98,9 @@ def open_engine(run: EvalRun, engine: Engine | None = None, log: Callable[[str],
             yield engine, pool
         run.engine_info = engine.info()
         run.template = template_record(engine.tokenizer)
+    except KeyboardInterrupt:  # Ctrl-C ends the process: its exit handlers stop an engine's processes (vLLM's
+        own = False            # finalizer); the in-process teardown (seconds of garbage collection) is skipped
+        raise
     finally:
         if own:
             engine.close()

@@ -236,15 +236,53 @@ def render_suspicious(store: Store, run_id: str, limit: int = 10) -> str:
     return "\n".join(out)
 
 
+SCORE_COLUMNS = ("run_id", "against", "dataset", "problems", "n", "metric", "value", "ci_lo", "ci_hi")
+"""The columns of :func:`scores_table` (``prl report --format csv``)."""
+
+
+def scores_table(scores: Sequence[dict[str, Any]], comparison: dict[str, Any] | None = None
+                 ) -> tuple[tuple[str, ...], list[tuple]]:
+    """(columns, rows): every figure of the report's score tables as one long table, one row per (run, data set or
+    ``micro``/``macro``, metric) with its value and 95% CI (fractions, not %); a comparison adds B's rows against A
+    (``against``: A) per data set and ``all``: ``diff average@n`` with its paired CI, ``pass@k A``/``pass@k B``,
+    ``gained``, ``lost`` and ``mcnemar p``."""
+    rows: list[tuple] = []
+    for s in scores:
+        for d in s["datasets"]:
+            for name, m in d.items():
+                if isinstance(m, dict):
+                    rows.append((s["run_id"], None, d["dataset"], d["problems"], d["n"], name, m["value"], m["lo"],
+                                 m["hi"]))
+        for how, agg in s.get("aggregates", {}).items():
+            size = s["problems"] if how == "micro" else len(s["datasets"])
+            for name, m in agg.items():
+                rows.append((s["run_id"], None, how, size, s["n"], name, m["value"], m["lo"], m["hi"]))
+    if comparison:
+        c, k = comparison, comparison["k"]
+        for d in [*c["datasets"], {**c["overall"], "dataset": "all"}]:
+            key = (c["run_b"], c["run_a"], d["dataset"], d["problems"], c["n"])
+            rows.append((*key, f"diff average@{c['n']}", d["diff"]["diff"], d["diff"]["lo"], d["diff"]["hi"]))
+            if "pass_a" in d:
+                rows += [(*key, f"pass@{k} A", d["pass_a"], None, None), (*key, f"pass@{k} B", d["pass_b"], None, None)]
+            rows += [(*key, f"pass@{k} gained", d["mcnemar"]["gained"], None, None),
+                     (*key, f"pass@{k} lost", d["mcnemar"]["lost"], None, None),
+                     (*key, "mcnemar p", d["mcnemar"]["p_value"], None, None)]
+    return SCORE_COLUMNS, rows
+
+
 def report(store: Store, runs: Sequence[str] | None = None, ks: Sequence[int] | None = None, *,
-           include_paper: bool = True, as_json: bool = False) -> str:
+           include_paper: bool = True, as_json: bool = False, fmt: str | None = None) -> str:
     """The full text (or JSON) report: each run's scores and suspicious passes, and the paper's
     reference rows with the 5-Avg check.
 
     ``runs=None`` reports every run with samples and compares none of them (runs of one store are
-    often evaluated on different data sets). Named runs (``--runs A,B``, two or more) add the paired
+    often evaluated on different data sets). Named runs (``--run A,B``, two or more) add the paired
     comparison of the second against the first; when the two share no problem the report says so
-    in place of the comparison, and every run's tables are still printed."""
+    in place of the comparison, and every run's tables are still printed.
+
+    ``fmt``: ``table`` (the text, the default), ``json`` (``as_json``) or ``csv`` (:func:`scores_table`: the
+    figures of the score and comparison tables; the paper's rows are ``prl.data.paper.paper_table``'s)."""
+    fmt = fmt or ("json" if as_json else "table")
     asked_to_compare = runs is not None and len(runs) >= 2
     if runs is None:
         runs = [r["run_id"] for r in store.records("list_runs") if r["samples"]]
@@ -255,8 +293,12 @@ def report(store: Store, runs: Sequence[str] | None = None, ks: Sequence[int] | 
             comparison = compare_runs(store, runs[0], runs[1])
         except NothingToCompare as e:
             no_comparison = f"no paired comparison: {e}; there is nothing in common to compare."
+    if fmt == "csv":
+        from prl.store.readonly import render
+
+        return render(*scores_table(scores, comparison), "csv")
     paper = load_paper_tables() if include_paper else []
-    if as_json:
+    if fmt == "json":
         return json.dumps({"runs": scores, "comparison": comparison, "comparison_note": no_comparison,
                            "paper": [{"table": p.table, "metric": p.metric, "base_model": p.base_model,
                                       "method": p.method, "scores": p.scores, "reported_5avg": p.reported_5avg,

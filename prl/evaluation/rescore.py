@@ -75,13 +75,13 @@ def rescore_run(db: str, run_id: str, new_run_id: str | None = None, *,
     old = old[0]
     new_run_id = new_run_id or f"{run_id}.rescore"
     if new_run_id == run_id:
-        raise ReportError("--run-id: the rescored run needs a new id (the old run is never changed)")
+        raise ReportError("--new-run: the rescored run needs a new id (the old run is never changed)")
     existing = store.records("get_run", run_id=new_run_id)
     if existing:
         m = json.loads(existing[0]["manifest"] or "{}")
         if existing[0]["kind"] != RESCORE or m.get("source_run") != run_id:
             raise ReportError(f"run_id: {new_run_id!r} already exists in {db} and is not a rescore of {run_id!r}; "
-                              "choose another --run-id")
+                              "choose another --new-run")
     samples = store.records("samples_with_gold_for_run", run_id=run_id)
     if not samples:
         raise ReportError(f"run {run_id!r} has no samples to rescore")

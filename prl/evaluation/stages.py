@@ -34,13 +34,20 @@ def load_problems(cfg: EvalConfig, log: Callable[[str], None] = print) -> list[P
             log(f"{name}: skipped {len(skipped)} bad rows (lenient): " + "; ".join(skipped[:3])
                 + (" …" if len(skipped) > 3 else ""))
         if not found:
-            raise DatasetError(f"{name}: no usable problems")
+            raise no_usable_problems(name, skipped)
         problems.extend(flag_golds(found[:k] if k else found))  # only the golds this run uses are parsed
     keys = [(p.dataset, p.problem_id) for p in problems]
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
         raise DatasetError(f"{dup[0]}: problem id {dup[1]!r} occurs twice; ids must be unique per data set")
     return problems
+
+
+def no_usable_problems(name: str, skipped: Sequence[str]) -> DatasetError:
+    """The error of a data set without one usable problem (an empty file, or every row skipped with --lenient)."""
+    why = (f"all {len(skipped)} rows were bad and skipped (--lenient), the first: {skipped[0]}" if skipped
+           else "it holds no rows")
+    return DatasetError(f"{name}: no usable problems: {why}")
 
 
 def eval_manifest(cfg: EvalConfig, problems: Sequence[Problem], engine_info: dict[str, Any] | None = None,
@@ -67,7 +74,7 @@ def check_resumable(store: Store, cfg: EvalConfig) -> list[dict[str, Any]]:
     if existing:
         kind, old_config = existing[0]["kind"], json.loads(existing[0]["config"] or "{}")
         if kind != "eval":
-            raise EvalError(f"run_id: {run_id!r} is a {kind} run in {cfg.db}; choose another --run-id")
+            raise EvalError(f"run_id: {run_id!r} is a {kind} run in {cfg.db}; choose another --run")
         old = {k: old_config.get(k) for k in cfg.identity()}
         old["model"] = str(Path(old_config.get("model", "")).resolve()) if old_config.get("model") else None
         diff = {k: (old[k], v) for k, v in cfg.identity().items() if old[k] != v}
@@ -76,7 +83,7 @@ def check_resumable(store: Store, cfg: EvalConfig) -> list[dict[str, Any]]:
             hint = (f" (--dtype auto is the checkpoint's own dtype; --dtype {diff['dtype'][0]} resumes this run)"
                     if "dtype" in diff and diff["dtype"][0] else "")
             raise EvalError(f"run_id: {run_id!r} already exists in {cfg.db} with other settings ({changes}); "
-                            f"resume it with the same settings or choose another --run-id{hint}")
+                            f"resume it with the same settings or choose another --run{hint}")
     return existing
 
 
@@ -87,7 +94,9 @@ def preflight(cfg: EvalConfig) -> None:
     for spec in cfg.datasets:
         name, _k = split_spec(spec)
         if name not in DATASETS:
-            load_dataset(name, strict=cfg.strict, flag_raw_only=False)
+            found, skipped = load_dataset(name, strict=cfg.strict, flag_raw_only=False)
+            if not found:
+                raise no_usable_problems(name, skipped)
     if Path(cfg.db).exists():
         check_resumable(Store(cfg.db, create=False), cfg)
 

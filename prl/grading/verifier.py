@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 from prl.data.datasets import last_boxed
+from prl.signals import sigint_blocked
 
 VERDICTS = ("correct", "wrong", "no_answer", "timeout", "gold_unparsable", "error")
 
@@ -478,7 +479,8 @@ class VerifierPool:
     def _spawn(self):
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(target=_worker, args=(child, self.timeout_s, self.memory_mb), daemon=True)
-        proc.start()
+        with sigint_blocked(multiprocessing=True):  # a terminal's Ctrl-C is the command's: close() stops the workers
+            proc.start()
         child.close()
         return [proc, parent]
 
@@ -563,10 +565,11 @@ class VerifierPool:
         for j in pending_by_key.pop(key, [i]):
             results[j] = v
 
-    def close(self) -> None:
+    def close(self, now: bool = False) -> None:
+        """Stop the workers: each finishes its item and exits; ``now`` (after a Ctrl-C): killed at once."""
         for proc, conn in self._workers:
             try:
-                conn.send(None)
+                proc.kill() if now else conn.send(None)
             except (OSError, BrokenPipeError):
                 pass
         for proc, conn in self._workers:
@@ -579,8 +582,8 @@ class VerifierPool:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(now=exc_type is KeyboardInterrupt)
 
 
 def is_correct(response: str, gold: str, *, timeout_s: int = VerifierSettings.verify_timeout_s) -> bool:

@@ -27,15 +27,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tqdm.auto import tqdm
 
-from prl.data.datasets import Problem, load_dataset
+from prl.data.datasets import DATASETS, Problem, load_dataset
 from prl.grading.relevance import FitIndex, fit_index, graded_fields
 from prl.grading.verifier import VerifierPool, VerifierSettings
 from prl.imports.formats import FORMATS, FormatError, SourceFile, parse_fields, read_source
 from prl.imports.matching import ProblemIndex
-from prl.manifest import run_manifest, sha256_file
-from prl.options import POSITIONAL, include_fields
+from prl.manifest import run_manifest, run_name, sha256_file
+from prl.options import POSITIONAL, include_fields, option
 from prl.store.db import DEFAULT_STORE, Store
 
 IMPORTED = "imported"
@@ -58,8 +57,8 @@ class ImportConfig:
     """The benchmark the rows answer (math500, minerva_math, olympiad_bench, aime24, amc23, synth_test, or a .jsonl path)."""
     db: str = DEFAULT_STORE
     """Store file (DuckDB); created if missing."""
-    run_id: str | None = None
-    """Run id; default: import- + the model name + the first 8 hex digits of the files' sha256, so the same command resumes."""
+    run_id: str | None = option(None, spelling="run")
+    """Run id; default: import-, the model's name, the data set and the first 8 hex digits of the files' sha256 (the same command resumes)."""
     format: str = "auto"
     """Source format: auto (from the file's name and first row), lighteval, lm-eval, inspect, verl or json."""
     model_name: str | None = None
@@ -148,12 +147,14 @@ def _source_record(src: SourceFile, matched_rows: int, responses: int) -> dict[s
             "rows": len(src.rows), "rows_matched": matched_rows, "responses": responses, "info": src.info}
 
 
-def default_run_id(sources: Sequence[dict[str, Any]], model: str) -> str:
+def default_run_id(sources: Sequence[dict[str, Any]], model: str, dataset: str = "") -> str:
+    """``import-<model>-<data set>-<sha256 of the files, 8 hex digits>``, readable (``prl.manifest.run_name``:
+    ``_SATURN-1.5B`` reads ``saturn-1.5b``)."""
     import hashlib
 
     digest = hashlib.sha256("".join(s["sha256"] for s in sources).encode()).hexdigest()[:8]
-    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in model).strip("-") or "model"
-    return f"import-{safe}-{digest}"
+    name = dataset if not dataset or dataset in DATASETS else Path(dataset).stem
+    return run_name("import", model or "model", name, digest)
 
 
 def run_import(cfg: ImportConfig, *, progress: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -169,18 +170,18 @@ def run_import(cfg: ImportConfig, *, progress: bool = True, log: Callable[[str],
         per_file[path][1] += len(row.responses)
     records = [_source_record(s, *per_file[s.path]) for s in sources]
     model = cfg.model_name or next((s.model_name for s in sources if s.model_name), None) or Path(cfg.files[0]).stem
-    run_id = cfg.run_id or default_run_id(records, model)
+    run_id = cfg.run_id or default_run_id(records, model, cfg.dataset)
     store = Store(cfg.db)
     existing = store.records("get_run", run_id=run_id)
     if existing:
         kind, manifest = existing[0]["kind"], json.loads(existing[0]["manifest"] or "{}")
         if kind != IMPORTED:
-            raise ImportRunError(f"run_id: {run_id!r} is a {kind} run in {cfg.db}; choose another --run-id")
+            raise ImportRunError(f"run_id: {run_id!r} is a {kind} run in {cfg.db}; choose another --run")
         old = sorted(s["sha256"] for s in manifest.get("sources", []))
         if old != sorted(r["sha256"] for r in records):
             raise ImportRunError(f"run_id: {run_id!r} in {cfg.db} was imported from other files "
                                  f"({', '.join(s['name'] for s in manifest.get('sources', []))}); choose another "
-                                 "--run-id or import the same files")
+                                 "--run or import the same files")
     hows = dict(Counter(how for _r, _p, how, _f in matched))
     manifest = {**run_manifest(IMPORTED, config=cfg.to_dict(), seed=None), "dataset": cfg.dataset,
                 "sources": records, "matched_by": hows, "unmatched": unmatched,
@@ -201,6 +202,8 @@ def run_import(cfg: ImportConfig, *, progress: bool = True, log: Callable[[str],
     if len(unmatched) > 10:
         log(f"  … and {len(unmatched) - 10} more (all in the run's manifest: prl report --agreement {run_id})")
     added = 0
+    from tqdm.auto import tqdm  # here: it imports asyncio, and `prl --help` imports this module for its options
+
     try:
         if pending:
             with VerifierSettings.of(cfg).pool() as pool, \

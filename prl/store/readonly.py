@@ -71,12 +71,12 @@ def run_query(db: str | Path, sql: str, *, timeout_s: float = 10.0, max_rows: in
 def render(cols, rows, fmt: str = "table") -> str:
     if fmt == "json":
         return json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=2)
-    if fmt == "csv":
+    if fmt == "csv":  # one line per row, no line after the last: print() ends it (as the table and JSON)
         buf = io.StringIO()
-        w = csv.writer(buf)
+        w = csv.writer(buf, lineterminator="\n")
         w.writerow(cols)
         w.writerows(rows)
-        return buf.getvalue()
+        return buf.getvalue().removesuffix("\n")
     cells = [[str(c) for c in cols]] + [["" if v is None else str(v) for v in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
     lines = [" | ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]

@@ -40,7 +40,7 @@ class StudyEval:
     rollout engine at its max_tokens and temperature 1)."""
 
     datasets: tuple[str, ...] = ("synth_test",)
-    """Data sets (``name`` or ``name:K`` for the first K problems), as ``prl eval --datasets``."""
+    """Data sets (``name`` or ``name:K`` for the first K problems), as ``prl eval --dataset``."""
     n: int = 4
     """Samples per problem (average@n and pass@k for k = 1..n)."""
     limit: int | None = None

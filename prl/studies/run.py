@@ -73,7 +73,7 @@ def _identity(config: dict[str, Any]) -> str:
                        "eval": s.get("eval"), "warm_start": ws}, sort_keys=True, default=str)
 
 
-def base_model(study: Study, log: Callable[[str], None] = print) -> str:
+def base_model(study: Study, log: Callable[[str], None] = print, progress: bool = True) -> str:
     """The model every cell starts from: base.train.model, or the embedded tiny model warm-started once
     for the study (``prl.training.sft.warm_start``; reused when its report exists)."""
     ws = study.settings.warm_start
@@ -81,7 +81,8 @@ def base_model(study: Study, log: Callable[[str], None] = print) -> str:
         return study.cells[0].run.train.model
     from prl.training.sft import warm_start
 
-    return warm_start(Path(study.settings.out_dir) / "models", ws, log=lambda msg: log(f"study {study.id}: {msg}"))
+    return warm_start(Path(study.settings.out_dir) / "models", ws, log=lambda msg: log(f"study {study.id}: {msg}"),
+                      progress=progress)
 
 
 def job_finished(store: Store, study: Study, cell: Cell, seed: int) -> bool:

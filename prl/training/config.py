@@ -10,13 +10,11 @@ from typing import Any
 
 
 from prl_core.config import AlgorithmConfig, ConfigError
-from prl_core.estimators import group_size_error
-from prl_core.logprobs import DEFAULT_CHUNK_TOKENS
 
 from prl.config_files import read_yaml
 from prl.data.synthetic import TRAIN_SIZE
 from prl.grading.verifier import VerifierSettings
-from prl.options import add_config_arguments, config_kwargs, include_fields
+from prl.options import add_config_arguments, config_kwargs, include_fields, option
 from prl.store.db import DEFAULT_STORE
 
 
@@ -32,7 +30,7 @@ class TrainConfig:
     """Checkpoints, synced weights and the run's files go here."""
     db: str = DEFAULT_STORE
     """Store for train_metrics, prl_segments, runs and evaluation samples."""
-    run_id: str | None = None
+    run_id: str | None = option(None, spelling="run")
     """Run id (default: the out_dir's name)."""
     seed: int = 0
     """Seeds data order, sampling and initialisation of everything random."""
@@ -81,9 +79,11 @@ class TrainConfig:
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of keeping them (transformers'
     gradient checkpointing): activation memory of one layer boundary per layer, ~1.3x the update's compute."""
-    logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    logprob_chunk_tokens: int = 512
     """Response tokens whose logits (tokens x vocabulary, fp32) exist at once when log-probs and entropy are
-    computed (prl_core.logprobs); never the whole batch's B x T x V."""
+    computed (prl_core.logprobs); never the whole batch's B x T x V. The default is
+    prl_core.logprobs.DEFAULT_CHUNK_TOKENS (written out so that this module, which the CLI's options come from,
+    loads without torch; tests/test_cli.py checks they are equal)."""
     max_tokens_per_micro_batch: int = 0
     """Token budget of a micro-batch (its rows x its longest sequence); 0: micro_batch_size rows each. With a
     budget a mini-batch is cut into the fewest micro-batches that fit (as many on every rank) and the loss is
@@ -182,6 +182,8 @@ class TrainConfig:
             fail("rollout_kv_cache_gib", "only the 'vllm' engine has a KV cache pool; remove it or use engine: vllm")
         if self.rollout_sleep_level not in (0, 1, 2):
             fail("rollout_sleep_level", f"expected 0 (off), 1 or 2, got {self.rollout_sleep_level!r}")
+        from prl_core.estimators import group_size_error  # torch: imported when a config is checked
+
         small = group_size_error(algo.estimator, algo.n_samples)
         if small:
             fail("n_samples", f"{small} (algorithm.n_samples)")

@@ -118,4 +118,4 @@ def check_fresh_start(t: TrainConfig) -> None:
     if Path(t.db).exists():
         if Store(t.db, create=False).rows("train_steps_for_run", run_id=t.resolved_run_id):
             raise ConfigError(f"{t.db}: run {t.resolved_run_id!r} already has training steps; pass --resume "
-                              "to continue it or choose another --run-id")
+                              "to continue it or choose another --run")

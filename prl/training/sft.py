@@ -82,7 +82,8 @@ def held_out_records(cfg: SFTConfig) -> list[dict]:
     return random.Random(f"sft-eval:{cfg.seed}").sample(held_out, min(cfg.eval_size, len(held_out)))
 
 
-def run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig | None = None, *, log=print) -> dict:
+def run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig | None = None, *, log=print,
+            progress: bool = True) -> dict:
     """Fine-tune ``model_dir`` on the task; save to ``out_dir`` with ``sft_report.json``.
 
     Bit-reproducible on one machine: same seed, config, packages, CPU capability
@@ -94,12 +95,12 @@ def run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig | None = 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     try:
-        return _run_sft(model_dir, out_dir, cfg, log)
+        return _run_sft(model_dir, out_dir, cfg, log, progress)
     finally:
         torch.set_num_threads(threads_before)  # the caller's process keeps its own setting
 
 
-def _run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, log) -> dict:
+def _run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, log, progress: bool = True) -> dict:
     torch.manual_seed(cfg.seed)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
@@ -124,7 +125,8 @@ def _run_sft(model_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, log) ->
     pos, losses, step = 0, [], 0
     from tqdm import tqdm
 
-    bar = tqdm(total=cfg.steps, desc="sft", unit="step", leave=False)
+    # progress False (--quiet): no bar; otherwise one on a terminal only (tqdm's disable=None), never \r lines in a log
+    bar = tqdm(total=cfg.steps, desc="sft", unit="step", leave=False, disable=None if progress else True)
     while step < cfg.steps and time.time() - t0 < cfg.max_minutes * 60:
         if pos + cfg.batch_size > len(order):
             rng.shuffle(order)
@@ -183,16 +185,16 @@ def build_warm_start_base(models_dir: str | Path, ws: WarmStart, *, log=print) -
     return path
 
 
-def run_warm_start(models_dir: str | Path, ws: WarmStart, *, log=print) -> Path:
+def run_warm_start(models_dir: str | Path, ws: WarmStart, *, log=print, progress: bool = True) -> Path:
     """The warm start's second stage: SFT of ``<models_dir>/tiny`` into ``<models_dir>/tiny-sft``."""
     out = Path(models_dir) / WARM_START_MODEL
-    report = run_sft(str(Path(models_dir) / WARM_START_BASE), out, ws.sft_config(), log=log)
+    report = run_sft(str(Path(models_dir) / WARM_START_BASE), out, ws.sft_config(), log=log, progress=progress)
     log(f"warm start: held-out accuracy greedy {report['accuracy_after_greedy']:.3f}, "
         f"sampled {report['accuracy_after_sampled']:.3f}")
     return out
 
 
-def warm_start(models_dir: str | Path, ws: WarmStart, *, log=print) -> str:
+def warm_start(models_dir: str | Path, ws: WarmStart, *, log=print, progress: bool = True) -> str:
     """The warm-started model in ``<models_dir>/tiny-sft`` (:class:`WarmStart`): each stage runs unless its
     marker file (``WARM_START_MARKERS``) shows it complete. The caller keeps ``ws`` fixed for a models
     directory (a study refuses a changed file; the demo's Prefect tasks are keyed on the settings and call
@@ -202,7 +204,7 @@ def warm_start(models_dir: str | Path, ws: WarmStart, *, log=print) -> str:
         build_warm_start_base(root, ws, log=log)
     out = root / WARM_START_MODEL
     if not (out / WARM_START_MARKERS[WARM_START_MODEL]).exists():
-        run_warm_start(root, ws, log=log)
+        run_warm_start(root, ws, log=log, progress=progress)
     else:
         log(f"warm start {out} exists, reused")
     return str(out)

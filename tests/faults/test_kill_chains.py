@@ -36,9 +36,9 @@ EVAL_PROBLEMS = 64 if KILLS else 32  # chunks of 8: 8 (bench) or 4 (CI)
 
 
 def _eval_cmd(model, db: Path) -> list[str]:
-    return [sys.executable, "-m", "prl_cli", "eval", "--model", str(model), "--datasets", f"synth_test:{EVAL_PROBLEMS}",
-            "--n", str(EVAL_N), "--max-tokens", "32", "--chunk", str(EVAL_CHUNK), "--run-id", "e", "--db", str(db),
-            "--verifier-workers", "1", "--no-progress"]
+    return [sys.executable, "-m", "prl_cli", "eval", "--model", str(model), "--dataset", f"synth_test:{EVAL_PROBLEMS}",
+            "--n", str(EVAL_N), "--max-tokens", "32", "--chunk", str(EVAL_CHUNK), "--run", "e", "--db", str(db),
+            "--verifier-workers", "1", "--quiet"]
 
 
 def _eval_aims(rng: random.Random | None) -> list[Aim]:

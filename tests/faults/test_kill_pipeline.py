@@ -34,7 +34,7 @@ WARM = "warm start: tiny complete, "
 
 
 def demo_cmd(out: Path) -> list[str]:
-    return [sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--no-progress"]
+    return [sys.executable, "-m", "prl_cli", "demo", "--small", "--out", str(out), "--quiet"]
 
 
 def pipeline_stage(out: Path, ref_steps: dict[str, dict[int, set[str]]]) -> str:

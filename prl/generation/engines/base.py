@@ -250,9 +250,21 @@ def _has_weights(path: Path) -> bool:
     return any(next(path.glob(p), None) is not None for p in WEIGHT_PATTERNS)
 
 
+def looks_like_hub_id(name: str) -> bool:
+    """``org/name`` as the Hugging Face hub spells a model (``Qwen/Qwen2.5-Math-1.5B``), not a local path."""
+    parts = name.split("/")
+    return (len(parts) == 2 and all(parts) and not name.startswith((".", "~"))
+            and all(c.isalnum() or c in "-_." for c in name.replace("/", "")))
+
+
 def check_model_dir(model_dir: str | Path) -> Path:
     """The model directory exists and holds a config, weights and tokenizer files."""
     path = Path(model_dir)
+    if not path.exists() and looks_like_hub_id(str(model_dir)):
+        local = f"models/{str(model_dir).split('/')[1]}"
+        raise EngineError(f"model directory {str(model_dir)!r} does not exist; it looks like a Hugging Face hub id, "
+                          f"and prl downloads nothing: download it once (`hf download {model_dir} --local-dir {local}`) "
+                          f"and pass that directory (--model {local})")
     if not path.exists():
         raise EngineError(f"model directory {str(model_dir)!r} does not exist "
                           "(build the embedded one with `prl model build-tiny --out DIR`)")
