@@ -1084,7 +1084,8 @@ def region_peers(res: Results) -> str:
     if r is None or not all(k in r for k in ("advantages", "rl_step", "verification", "analysis")):
         return missing("peers", "python bench/peers.py")
     def when(part: dict) -> str:
-        return f" — measured {part['machine']['date']}, commit {part['machine']['git_commit']}" if "machine" in part else ""
+        m = part.get("machine")  # the parts are measured by separate runs, possibly on different machines
+        return f" — measured on {machine_label(m)}, {m['date']}, commit {m['git_commit']}" if m else ""
 
     lines = [f"`python bench/peers.py`; {machine_detail(r['machine'])}. Each part runs both sides in one run, each "
              "peer in its own environment under `bench/.envs/` (made by `bench/peers/<tool>/`), the project in "

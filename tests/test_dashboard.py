@@ -668,27 +668,31 @@ print("done", flush=True)
 
 
 def test_aggregates_are_cached_until_the_store_changes(tmp_path, monkeypatch):
-    """A page load recomputes a cached result (the bootstrap CIs among them) only after a write to the store."""
+    """A page load recomputes a cached result only after a write to the store: the Runs table (the real
+    data.runs on a real store, counted where it is called) is computed once while nothing changes, and once
+    more after ``prl import`` writes a run, which it then lists."""
+    import duckdb
     import streamlit as st
 
     from dashboard import ui
-    from prl.store.db import Store
+    from prl.imports.run import ImportConfig, run_import
 
-    db = str(tmp_path / "store.duckdb")
-
-    def add_run(run_id):
-        with Store(db) as store:
-            store.execute("upsert_run", run_id=run_id, kind="eval", model="m", status="running", config={},
-                          manifest={}, parent_run_id=None, train_step=None)
-
-    add_run("a")
-    calls = []
-    monkeypatch.setattr(data, "runs", lambda db: calls.append(db) or len(calls))
+    db = seed(tmp_path / "store.duckdb")
+    real, computed = data.runs, []
+    monkeypatch.setattr(data, "runs", lambda db: computed.append(db) or real(db))
     st.cache_data.clear()
-    assert [ui.runs(db), ui.runs(db), ui.runs(db)] == [1, 1, 1]  # one computation while nothing changes
+    first = [ui.runs(db) for _ in range(3)]
+    assert computed == [db] and all(f.equals(first[0]) for f in first)  # one computation while nothing changes
+    con = duckdb.connect(db, read_only=True)
+    stored = {r for (r,) in con.execute("select run_id from runs").fetchall()}
+    con.close()
+    assert set(first[0].run_id) == stored and "lm_eval" not in stored
     time.sleep(0.01)
-    add_run("b")
-    assert [ui.runs(db), ui.runs(db)] == [2, 2]  # recomputed once after the write
+    run_import(ImportConfig(files=(str(next((FORMATS / "lm_eval").glob("samples_*.jsonl"))),), dataset="synth_test",
+                            db=db, run_id="lm_eval", verifier_workers=1), progress=False, log=lambda *_: None)
+    after = [ui.runs(db) for _ in range(2)]
+    assert computed == [db, db] and after[1].equals(after[0])  # recomputed once after the write
+    assert set(after[0].run_id) == stored | {"lm_eval"}
 
 
 def test_pages_work_while_a_flow_writes(tmp_path, monkeypatch):

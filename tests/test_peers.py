@@ -112,10 +112,11 @@ MATH500_DISAGREEMENTS = {
 def test_our_verifier_and_lighteval_disagree_on_math500_exactly_where_pinned():
     """The MATH-500 rows the test above leaves out (answer tags: we read the tag, lighteval the whole
     response), pinned: our verifier and lighteval 0.8.1 disagree on exactly these 12 of 500, in these
-    directions, and every one is read by a person in bench/external_review.json. (bench/results/peers.json's
-    run counted 16 with the verifier of its day: math500/207 ``C(8, 2) = 28`` left with the named-value fix,
-    31, 178, 191, 199 and 346 with the unequal-sides rule examining only the clause of the tag Math-Verify
-    read, and 218 and 363, sentences that fix passes and lighteval fails, joined.)"""
+    directions, every one is read by a person in bench/external_review.json, and bench/results/peers.json
+    (the figures RESULTS shows) records these and no others. (An earlier run counted 16 with the verifier
+    of its day: math500/207 ``C(8, 2) = 28`` left with the named-value fix, 31, 178, 191, 199 and 346 with
+    the unequal-sides rule examining only the clause of the tag Math-Verify read, and 218 and 363,
+    sentences that fix passes and lighteval fails, joined.)"""
     from prl.data.datasets import normalize_gold
     from prl.grading.verifier import verify_one
 
@@ -128,6 +129,11 @@ def test_our_verifier_and_lighteval_disagree_on_math500_exactly_where_pinned():
     review = json.loads((Path(__file__).parents[1] / "bench" / "external_review.json").read_text())
     reviewed = {e["ref"] for e in review["rows"] if e["set"] == "qwen2.5-math-1.5b-r1zero"}
     assert {f"results.jsonl:{int(i.split('/')[1]) + 1}" for i in disagree} <= reviewed
+    recorded = json.loads((Path(__file__).parents[1] / "bench" / "results" / "peers.json").read_text())
+    recorded = recorded["verification"]["agreement"]["math500"]
+    assert {d["id"]: (d["ours"], d["lighteval"]) for d in recorded["disagree"]} == MATH500_DISAGREEMENTS
+    assert (recorded["ours_correct"], recorded["lighteval_correct"], recorded["agree"]) == (
+        sum(ours.values()), sum(doc["lighteval"][i] for i in ours), 500 - len(MATH500_DISAGREEMENTS))
 
 
 def test_the_project_keeps_the_antlr4_runtime_math_verify_needs():

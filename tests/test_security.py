@@ -98,7 +98,7 @@ def test_no_code_path_evaluates_text():
 def test_verifier_workers_have_an_address_space_cap_and_a_wall_clock_kill():
     with VerifierPool(1, timeout_s=1, wall_s=3, memory_mb=1536) as pool:
         pid = pool._workers[0][0].pid
-        deadline = time.monotonic() + 60  # the worker sets its limit right after importing math_verify
+        deadline = time.monotonic() + 60  # the worker sets its limit after importing math_verify and a warm-up verification
         while True:
             limits = Path(f"/proc/{pid}/limits").read_text()
             line = next(x for x in limits.splitlines() if x.startswith("Max address space"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -157,6 +158,39 @@ def test_poisoned_responses_cost_only_their_own_verdict():
     assert time.monotonic() - t0 < 30
     assert out[0].verdict == "correct" and out[3].verdict == "wrong"
     assert out[1].verdict in ("timeout", "wrong", "error") and out[2].verdict in ("timeout", "wrong", "error", "correct")
+
+
+def _workers_start_with(tmp_path, monkeypatch, code: str) -> Path:
+    """Every worker process the pool starts from here runs ``code`` first (a ``sitecustomize`` on the
+    PYTHONPATH the spawned workers inherit), and records its pid in the returned file."""
+    log = tmp_path / "started"
+    (tmp_path / "sitecustomize.py").write_text(
+        f"import os\nwith open({str(log)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n{code}\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p))
+    return log
+
+
+def test_a_workers_start_up_counts_against_no_item(tmp_path, monkeypatch):
+    """A fresh worker's imports are start-up, not its first item's time (under load they outlasted the
+    wall-clock limit and an outside file's first row was scored ``timeout``). Every worker here sleeps
+    longer than the limit before it even imports: the first item, and the first after a kill (on the
+    replacement worker), get their own verdicts; a slow item is still killed at the limit (Math-Verify's
+    own timeout is longer, so the kill is the pool's)."""
+    started = _workers_start_with(tmp_path, monkeypatch, "import time\ntime.sleep(4)")
+    pairs = [("\\boxed{\\frac{6}{3}}", "2"), ("\\boxed{9^{9^{9^9}}}", "2"), ("\\boxed{\\frac{9}{3}}", "2")]
+    with VerifierPool(1, timeout_s=10, wall_s=3) as pool:
+        first = pool._workers[0][0].pid
+        out = pool.verify(pairs)
+        killed, replacement = pool.stats["killed"], pool._workers[0][0].pid
+    assert [v.verdict for v in out] == ["correct", "timeout", "wrong"], out
+    assert out[1].detail == "killed after 3 s wall clock" and killed == 1
+    assert first != replacement and {str(first), str(replacement)} <= set(started.read_text().split())  # both slept
+
+
+def test_a_worker_that_cannot_start_is_an_error_not_a_verdict(tmp_path, monkeypatch):
+    _workers_start_with(tmp_path, monkeypatch, "import sys\nsys.modules['math_verify'] = None")
+    with VerifierPool(1) as pool, pytest.raises(RuntimeError, match="^verifier worker could not start: .*math_verify"):
+        pool.verify([("\\boxed{2}", "2")])
 
 
 def test_verify_cli_explains_a_verdict():

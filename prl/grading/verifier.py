@@ -405,14 +405,25 @@ def false_pass(extracted: str | None, gold_parsed: list, pred: list, *, source: 
 
 # ─── the pool ───────────────────────────────────────────────────────────────────────────────
 
-def _worker(conn, timeout_s: int, memory_mb: int) -> None:
-    import math_verify  # noqa: F401 - import (~1 s) while the parent prepares the batch
+_WARM_UP = ("\\boxed{\\frac{1}{2}}", "0.5")
+"""A pair a worker verifies before it reports ready: it loads what its first real item would
+(Math-Verify's parser, sympy, the comparison), so that cost is start-up, not the item's."""
 
+
+def _worker(conn, timeout_s: int, memory_mb: int) -> None:
+    try:
+        import math_verify  # noqa: F401 - import (~1 s) while the parent prepares the batch
+
+        verify_one(*_WARM_UP, timeout_s=timeout_s)
+    except BaseException as e:  # noqa: BLE001 - the parent must learn why
+        conn.send(("failed", f"{type(e).__name__}: {e}"[:300]))
+        return
     if memory_mb:
         import resource
 
         limit = memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    conn.send(("ready", ""))  # the parent starts an item's clock from here (VerifierPool.verify)
     gold_cache: dict = {}
     while True:
         try:
@@ -462,16 +473,24 @@ class VerifierPool:
 
     ``wall_s``: a worker still busy after this many seconds is killed and replaced, and the item
     is scored ``timeout``. ``memory_mb``: address-space cap per worker (0 = none).
+
+    An item's clock starts once its worker is ready: a worker (a first one, or one replacing a
+    killed one) imports Math-Verify and verifies a warm-up pair before it says so, and that start-up
+    counts against no item. A worker whose start-up raises (Math-Verify missing or broken), or that
+    is not ready ``start_s`` seconds after it was started, raises ``RuntimeError``: no verdict would
+    be true. One that dies (killed) costs the item it was given, as a worker dying on an item does.
     """
 
     def __init__(self, workers: int = VerifierSettings.verifier_workers, *,
                  timeout_s: int = VerifierSettings.verify_timeout_s, wall_s: float | None = None,
-                 memory_mb: int = 2048, cache: bool = True):
+                 memory_mb: int = 2048, cache: bool = True, start_s: float = 120.0):
         if workers < 1:
             raise ValueError(f"workers: must be >= 1, got {workers}")
         wall_s = VerifierSettings.WALL_FACTOR * timeout_s if wall_s is None else wall_s
-        self.timeout_s, self.wall_s, self.memory_mb = timeout_s, wall_s, memory_mb
+        self.timeout_s, self.wall_s, self.memory_mb, self.start_s = timeout_s, wall_s, memory_mb, start_s
         self._ctx = mp.get_context("spawn")
+        self._born: dict[int, float] = {}  # worker pid -> when it was started
+        self._ready: set[int] = set()  # pids of the workers that said ready (read from their pipes)
         self._workers = [self._spawn() for _ in range(workers)]
         self._cache: dict[tuple[str, str], Verdict] | None = {} if cache else None
         self.stats = {"items": 0, "cache_hits": 0, "killed": 0}
@@ -482,13 +501,23 @@ class VerifierPool:
         with sigint_blocked(multiprocessing=True):  # a terminal's Ctrl-C is the command's: close() stops the workers
             proc.start()
         child.close()
+        self._born[proc.pid] = time.monotonic()
         return [proc, parent]
+
+    def _started(self, pid: int, message) -> None:
+        """A worker's first message: ``("ready", "")``, or ``("failed", why)`` raised here."""
+        if message != ("ready", ""):
+            why = message[1] if isinstance(message, tuple) and message[:1] == ("failed",) else repr(message)[:300]
+            raise RuntimeError(f"verifier worker could not start: {why}")
+        self._ready.add(pid)
 
     def _replace(self, i: int) -> None:
         proc, conn = self._workers[i]
         proc.kill()
         proc.join(5)
         conn.close()
+        self._born.pop(proc.pid, None)
+        self._ready.discard(proc.pid)
         self._workers[i] = self._spawn()
 
     def verify(self, pairs: list[tuple[str, str]], progress=None) -> list[Verdict]:
@@ -516,7 +545,7 @@ class VerifierPool:
             if key is not None:
                 pending_by_key[key] = [i]
             todo.append(i)
-        busy: dict[int, tuple[int, float]] = {}  # worker -> (item, started)
+        busy: dict[int, tuple[int, float | None]] = {}  # worker -> (item, started; None until the worker is ready)
         queue = _GoldQueue(todo, pairs, len(self._workers))
         done_count = 0
         while queue or busy:
@@ -528,21 +557,32 @@ class VerifierPool:
                     except (BrokenPipeError, ConnectionResetError, OSError):  # died while idle: replace, resend
                         self._replace(w)
                         self._workers[w][1].send(pairs[i])
-                    busy[w] = (i, time.monotonic())
+                    busy[w] = (i, time.monotonic() if self._workers[w][0].pid in self._ready else None)
             conns = {self._workers[w][1]: w for w in busy}
             ready = wait(list(conns), timeout=0.2)
             now = time.monotonic()
             for conn in ready:
                 w = conns[conn]
-                i, _ = busy.pop(w)
+                i, started = busy[w]
                 try:
-                    v = conn.recv()
-                except (EOFError, OSError):  # the worker died (e.g. killed by the kernel)
-                    v = Verdict("error", extract_answer(pairs[i][0]), pairs[i][1], 0.0, "verifier worker died")
+                    message = conn.recv()
+                except (EOFError, OSError):  # the worker died (e.g. killed by the kernel), in its start-up or not
                     self._replace(w)
-                self._finish(i, v, results, keys, pending_by_key)
+                    message = Verdict("error", extract_answer(pairs[i][0]), pairs[i][1], 0.0, "verifier worker died")
+                else:
+                    if started is None:  # the worker's start-up ended: the item it holds starts now
+                        self._started(self._workers[w][0].pid, message)
+                        busy[w] = (i, now)
+                        continue
+                busy.pop(w)
+                self._finish(i, message, results, keys, pending_by_key)
                 done_count += 1
             for w, (i, started) in list(busy.items()):
+                if started is None:
+                    if now - self._born[self._workers[w][0].pid] > self.start_s:
+                        raise RuntimeError(f"verifier worker not ready {self.start_s:.0f} s after it was started "
+                                           "(importing Math-Verify and verifying a warm-up pair)")
+                    continue
                 if now - started > self.wall_s:
                     busy.pop(w)
                     self._replace(w)
