@@ -40,6 +40,11 @@ PRL = [sys.executable, "-m", "prl_cli"]
 AIME = next((ROOT / "tests" / "data" / "external" / "lighteval-saturn-1.5b").glob("details_*.parquet"))
 
 
+CODE = ("bench/cli.py", "prl_cli", "prl/signals.py", "prl/evaluation/evaluate.py", "flows/evaluate.py")
+"""The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
+
+
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 """The commands' environment: Python's bytecode cache on, as an installed package has it (the warm-up run writes
 it; without it every run compiles each module again)."""
@@ -148,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             r["status"] == 130 and not r["traceback"] and r["helpers_left"] == 0
             and r["stored_after"] >= r["stored_before"] for r in interrupts),
     }
-    path = write_json("cli", result)
+    path = write_json("cli", result, code=CODE)
     print(f"wrote {path}")
     for name, c in commands.items():
         print(f"  {name:<13} median {c['median_s']:.2f} s (max {c['max_s']:.2f} s)")

@@ -355,7 +355,7 @@ def launch(rc: RunConfig, *, resume: bool, progress: bool) -> dict[str, Any]:
     _log(f"training {rc.train.resolved_run_id} ({rc.algorithm.estimator}, {rc.train.steps} steps) → {rc.train.out_dir}; "
          f"config {config}")
     cmd = [sys.executable, "-m", "prl.training.train", "--config", str(config)]
-    cmd += ["--resume"] * resume + ["--no-progress"] * (not progress)
+    cmd += ["--resume"] * resume + ["--quiet"] * (not progress)
     available = psutil.virtual_memory().available
     mon = run_monitored(cmd, env, on_line=announce_export)
     if mon.returncode != 0:

@@ -227,11 +227,12 @@ def test_cli_refuses_mismatched_pairs(arch, tokenizer, tmp_path, capsys):
     from prl_cli.main import main
 
     bad = tmp_path / "bad"
-    with pytest.raises(SystemExit) as exit_info:  # an argparse error: usage, the message, exit status 2
+    with pytest.raises(SystemExit) as exit_info:  # a usage error: the command, the message, where help is, exit status 2
         main(["model", "build-tiny", "--arch", arch, "--tokenizer", tokenizer, "--out", str(bad)])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert f"--arch {arch} does not go with --tokenizer {tokenizer}" in err and "usage: prl model build-tiny" in err
+    assert f"prl model build-tiny: error: --arch {arch} does not go with --tokenizer {tokenizer}" in err
+    assert "(see prl model build-tiny --help)" in err
     assert not bad.exists()
 
 

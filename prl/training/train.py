@@ -718,7 +718,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m prl.training.train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(ap)  # the same options as `prl train` (prl.training.config)
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--quiet", "-q", "--no-progress", dest="no_progress", action="store_true",
+                    help="no progress bar (the CLI's --quiet; --no-progress is its older spelling)")
     ap.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # set by the deepspeed launcher
     args = ap.parse_args(argv)
     log_routing.configure_from_env()  # launched by `prl demo`/`prl train`: library messages into their log file

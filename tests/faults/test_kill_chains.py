@@ -111,7 +111,7 @@ def _train_config(model, d: Path, engine: str = "vllm") -> Path:
 
 
 def _train_cmd(cfg: Path) -> list[str]:
-    return [sys.executable, "-m", "prl.training.train", "--config", str(cfg), "--resume", "--no-progress"]
+    return [sys.executable, "-m", "prl.training.train", "--config", str(cfg), "--resume", "--quiet"]
 
 
 TRAINED_FILES = "the policy, every export and the checkpoint tags (sha256 of the weights files); the latest checkpoint's module (tensor by tensor, bitwise)"
