@@ -201,6 +201,16 @@ def _shown(params: dict) -> dict:
             for k, v in params.items()}
 
 
+def _one_listed_sample(store: Store) -> dict:
+    """The key of the first sample the ``suspicious_passes`` view lists (what the Failures page's case view opens when
+    a researcher picks a case), or else of the first stored sample."""
+    keys = ("run_id", "dataset", "problem_id", "sample_idx")
+    with store.read() as con:
+        row = (con.execute(f"SELECT {', '.join(keys)} FROM suspicious_passes ORDER BY ALL LIMIT 1").fetchone()
+               or con.execute(f"SELECT {', '.join(keys)} FROM samples ORDER BY ALL LIMIT 1").fetchone())
+    return dict(zip(keys, row)) if row else {}
+
+
 def dashboard_and_report_queries(db: Path, work: Path) -> tuple[dict, dict]:
     """({label: {"kind", "name", "params", "by", "referenced_at"}}, the page list) of every query the dashboard's pages
     and ``prl report`` run on the store ``db`` (bench/dashboard_pages.py), in the order first run."""
@@ -229,10 +239,13 @@ def dashboard_and_report_queries(db: Path, work: Path) -> tuple[dict, dict]:
         sql = store.q.get(name, "")
         if name in out or not sql.lstrip().upper().startswith(("SELECT", "WITH")):
             continue
-        missing = [b for b in _binds(sql) if b not in known]
+        params = dict(known)
+        if "sample_idx" in _binds(sql) and "sample_idx" not in known:
+            params.update(_one_listed_sample(store))  # a query about one sample (the case view): a listed one
+        missing = [b for b in _binds(sql) if b not in params]
         if missing:
             raise SystemExit(f"query {name!r} ({', '.join(where)}) takes {missing}, which no recorded call passed")
-        out[name] = {"kind": "query", "name": name, "params": {b: known[b] for b in _binds(sql)},
+        out[name] = {"kind": "query", "name": name, "params": {b: params[b] for b in _binds(sql)},
                      "by": ["not run by a default view; named at " + ", ".join(where)]}
     for label, e in out.items():
         if e["kind"] == "query":

@@ -42,6 +42,11 @@ from prl.grading.relevance import (FIT_MARGIN, JUDGEMENTS, RULE_NAMES, answer_on
 from prl.imports.run import ImportConfig, run_import  # noqa: E402
 from prl.store.db import Store  # noqa: E402
 
+CODE = ("bench/suspicious.py", "bench/suspicious_readings.csv", "bench/external.py", "prl/grading/relevance.py",
+        "prl/grading/verifier.py", "prl/imports/run.py", "sql/schema.sql", "tests/data/external")
+"""The code and data this benchmark measures: its results file records these paths (bench/common.py's write_json),
+and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
+
 READINGS = Path(__file__).resolve().parent / "suspicious_readings.csv"
 READING_FIELDS = ("set", "problem_id", "sample_idx", "judgement", "why")
 LONG_CHARS = 2000
@@ -161,7 +166,7 @@ def main() -> dict:
     results = {"machine": machine_info(), "fit_margin": FIT_MARGIN, "long_chars": LONG_CHARS,
                "verify_timeout_s": VERIFY_TIMEOUT_S,
                "readings": READINGS.name, "sets": sets, "totals": totals(sets)}
-    write_json("suspicious", results)
+    write_json("suspicious", results, code=CODE)
     for name, x in sets.items():
         if x.get("absent"):
             print(f"{name}: file absent")
