@@ -171,7 +171,7 @@ def provenance(code: Sequence[str]) -> dict[str, object]:
     measures: its own script and the modules under test. Returns ``commit`` (the full hash of HEAD when
     the benchmark started), ``code`` (the paths, sorted), ``dirty`` (True when any of those paths had
     uncommitted changes, staged or not, or untracked files, when the benchmark started or when it wrote
-    its results, or when HEAD moved in between;
+    its results, or when a commit that landed in between changed them;
     None outside a git checkout), ``dirty_paths`` (what was uncommitted) and ``command`` (the command line
     that ran it). A path that does not exist
     is an error: a misspelt declaration would otherwise cover nothing.
@@ -190,8 +190,12 @@ def provenance(code: Sequence[str]) -> dict[str, object]:
         return {"commit": commit, "dirty": None, "dirty_paths": [], "code": paths, "command": command()}
     dirty = sorted(set(end) | {p for p in _START_UNCOMMITTED if _under(p, paths)})  # at the start or at the end
     now = _head()
-    if now != commit:  # a commit landed while it ran: the code measured is not one commit's
-        dirty.append(f"HEAD moved from {commit[:12]} to {(now or '?')[:12]} during the run")
+    if now != commit:  # a commit landed while it ran: the code measured is one commit's only if it left the paths alone
+        moved = _git("diff", "--name-only", commit, now or "HEAD", "--", *paths) if now else None
+        if moved is None or moved.returncode != 0 or moved.stdout.strip():
+            changed = sorted(moved.stdout.split()) if moved is not None and moved.returncode == 0 else ["?"]
+            dirty.append(f"HEAD moved from {commit[:12]} to {(now or '?')[:12]} during the run, changing "
+                         + ", ".join(changed))
     return {"commit": commit, "dirty": bool(dirty), "dirty_paths": dirty, "code": paths, "command": command()}
 
 

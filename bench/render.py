@@ -1476,20 +1476,17 @@ def check(root: Path = ROOT, results_dir: Path = RESULTS, stale: bool = True) ->
 # --- provenance: figures of code that changed since they were recorded ----------------------------
 
 NOT_YET_RECORDED: dict[str, str] = {
-    "advantages": "to be re-recorded on this branch",
-    "demo": "the whole demo from nothing, ~16 min on two quiet cores: re-recorded on a quiet machine (`python bench/demo.py`)",
-    "external": "bench/external.py's classification is being reworked (issue 28, item 5), which re-records it",
+    "advantages": "a timing ratio, not re-recorded since results files carry their provenance: needs a quiet machine (`python bench/run_all.py --only advantages`)",
+    "demo": "bench/demo.py now measures a fresh clone, its install, `prl demo` and the dashboard's first page in Chromium; not re-recorded since (needs a quiet machine and the package index, `python bench/demo.py`); the figure shown is the older data → report span, labelled so",
     "faults": "the kill chains are being reworked (issue 28, item 1), which re-records them (`python bench/run_all.py --only faults`)",
-    "generation": "to be re-recorded on this branch",
-    "load": "to be re-recorded on this branch",
+    "generation": "a timing ratio (~5 min), not re-recorded since results files carry their provenance: needs a quiet machine (`python bench/run_all.py --only generation`)",
+    "load": "~8 min, not re-recorded since results files carry their provenance: needs a quiet machine (`python bench/run_all.py --only load`)",
     "memory": "needs SmolLM2-135M (`prl model import --smollm2`), not on the machine of this branch",
     "peers": "needs the peers' environments under bench/.envs/ (verl, TRL, lighteval), not on the machine of this branch",
     "real_model": "needs SmolLM2-135M (`prl model import --smollm2`), not on the machine of this branch",
-    "relevance": "to be re-recorded on this branch",
     "smollm2_train": "needs SmolLM2-135M (`prl model import --smollm2`) and ~30 min, not on the machine of this branch",
     "study": "`prl study` on the embedded config, ~55 min: re-recorded on a quiet machine (`python bench/study.py`)",
     "suite": "the whole suite, ~18 min: re-recorded on a quiet machine (`python bench/suite.py`)",
-    "verifier_forms": "the verifier's policy is being changed (issue 28, item 7), which re-records it",
 }
 """Results files recorded before results files carried their provenance (issue 28), each with why it has
 not been re-recorded yet. They are exempt from :func:`stale_results` until re-recorded; a listed file

@@ -831,6 +831,65 @@ class _Browser:
 
         return len(self.driver.find_elements(By.CSS_SELECTOR, css))
 
+    def settled(self) -> str:
+        """Wait until a rerun has started and finished (no running indicator); the page's text."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        time.sleep(1.0)  # the rerun a click triggers has begun
+        WebDriverWait(self.driver, 60).until(
+            lambda d: not d.find_elements(By.CSS_SELECTOR, "[data-testid='stStatusWidget']"))
+        time.sleep(0.5)
+        return self.driver.find_element(By.TAG_NAME, "body").text
+
+    def open_page(self, path: str, title: str, screenshot: str | None = None) -> str:
+        """Load a page and wait until its main area's heading is ``title`` (the sidebar lists every title)."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        self.driver.get(f"{self.base}/{path}")
+        WebDriverWait(self.driver, 60).until(lambda d: any(
+            h.text.strip() == title for h in d.find_elements(By.CSS_SELECTOR, "[data-testid='stMain'] h1")))
+        body = self.settled()
+        if screenshot:
+            self.driver.save_screenshot(str(self.artifacts / f"{screenshot}.png"))
+        return body
+
+    def click(self, element) -> None:
+        self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", element)
+        element.click()
+
+    def choose(self, box, option: str | None = None) -> str:
+        """Open the select box ``box`` and pick the option whose text contains ``option`` (default: its last
+        option); the option's text."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        self.click(box.find_element(By.CSS_SELECTOR, "button[aria-haspopup='listbox']"))  # its "Open" button
+        options = WebDriverWait(self.driver, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, "[role='option']"))
+        pick = options[-1] if option is None else next(o for o in options if option in o.text)
+        text = pick.text
+        self.click(pick)
+        return text
+
+    def exercise_select_boxes(self) -> list[str]:
+        """Every select box on the page, in turn, set to its last option (a box a choice adds is taken too); after
+        each choice the page has rerun without an exception. The labels of the boxes chosen in."""
+        from selenium.webdriver.common.by import By
+
+        done: list[str] = []
+        for _ in range(40):
+            boxes = [b for b in self.driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSelectbox']")
+                     if b.text.split("\n")[0] not in done]
+            if not boxes:
+                break
+            label = boxes[0].text.split("\n")[0]
+            self.choose(boxes[0])
+            body = self.settled()
+            assert "Traceback" not in body and not self.count("[data-testid='stException']"), (label, body[-2000:])
+            done.append(label)
+        return done
+
     def close(self) -> None:
         self.driver.quit()
         os.killpg(self.server.pid, signal.SIGTERM)
@@ -838,6 +897,24 @@ class _Browser:
             self.server.wait(10)
         except subprocess.TimeoutExpired:
             os.killpg(self.server.pid, signal.SIGKILL)
+
+
+def _app_pages() -> list[tuple[str, str]]:
+    """(URL path, title) of every page in dashboard/app.py's navigation, in its order; the title is the one the
+    page's file gives ``st.title``, the path its file name (the default page's is "")."""
+    app = (ROOT / "dashboard" / "app.py").read_text(encoding="utf-8")
+    pages = []
+    for stem, rest in re.findall(r'st\.Page\(PAGES / "(\w+)\.py",([^)]*)\)', app):
+        title = re.search(r'st\.title\("([^"]+)"\)', (PAGES / f"{stem}.py").read_text(encoding="utf-8")).group(1)
+        pages.append(("" if "default=True" in rest else stem, title))
+    return pages
+
+
+def test_the_browser_tests_see_every_page_of_the_app():
+    """The pages the browser tests walk are app.py's navigation: all nine page files, each once."""
+    pages = _app_pages()
+    assert sorted(p or "runs" for p, _ in pages) == sorted(f.stem for f in PAGES.glob("*.py"))
+    assert ("compare", "Compare two runs") in pages and ("", "Runs") in pages
 
 
 @pytest.mark.e2e
@@ -854,11 +931,9 @@ def test_real_browser_renders_every_page(db):
         if lan:  # ... and where the machine has another address, the dashboard is unreachable on it
             with pytest.raises(OSError):
                 socket.create_connection((lan, b.port), timeout=2).close()
-        expect = {"": "Runs", "scores": "Scores", "compare": "Compare two runs", "problem": "Problem",
-                  "failures": "Failures", "training": "Training", "sql": "SQL (read-only)"}
-        for path, title in expect.items():
-            body = b.open(path, title, screenshot=path or "runs")
-            assert "Traceback" not in body and not b.count(".katex-error")
+        for path, title in _app_pages():  # every page of the app's navigation (nine)
+            body = b.open_page(path, title, screenshot=path or "runs")
+            assert "Traceback" not in body and not b.count(".katex-error") and not b.count("[data-testid='stException']")
         body = b.open("problem?dataset=math500&problem_id=math500/1&runs=base", "document.title",
                       screenshot="problem_script_as_text")
         assert "<script>document.title='pwned'</script><b>bold</b> **not markdown**" in body
@@ -870,7 +945,10 @@ def test_real_browser_renders_every_page(db):
 
 @pytest.fixture(scope="module")
 def db_outside(db_imports, tmp_path_factory):
-    """db_imports plus DeepSeek-R1-Distill-Qwen-1.5B's long-form AMC responses (tests/data/external)."""
+    """db_imports plus DeepSeek-R1-Distill-Qwen-1.5B's long-form AMC responses and four R1-Zero MATH-500 responses,
+    three of them listed as suspicious passes (tests/data/external; dashboard_seed.import_r1zero_part)."""
+    from dashboard_seed import import_r1zero_part
+
     from prl.imports.run import ImportConfig, run_import
 
     db = tmp_path_factory.mktemp("dash_outside") / "store.duckdb"
@@ -878,7 +956,7 @@ def db_outside(db_imports, tmp_path_factory):
     amc = ROOT / "tests" / "data" / "external" / "amc-json-deepseek-r1-distill-qwen-1.5b" / "amc_output.json"
     run_import(ImportConfig(files=(str(amc),), dataset="amc23", db=str(db), run_id="amc-import",
                             reported_accuracy=0.6506, verifier_workers=1), progress=False, log=lambda *_: None)
-    return str(db)
+    return import_r1zero_part(db)
 
 
 @pytest.mark.e2e
@@ -886,7 +964,11 @@ def db_outside(db_imports, tmp_path_factory):
 def test_real_browser_on_a_store_of_imports(db_outside):
     """The pages a researcher reads on imported runs, in Chromium at 1,400 px: the Runs caption counts the imports,
     Compare compares two imports, the long-form R1-distill responses show typeset math and no KaTeX error, no link
-    or image from their text, and no Agreement card is cut off."""
+    or image from their text, and no Agreement card is cut off; then every page of the navigation with every select
+    box set in turn, and the Appendix-C case view opened, judged and saved (the store's judgements table)."""
+    from dashboard_seed import R1ZERO_RUN
+    from selenium.webdriver.common.by import By
+
     b = _Browser(db_outside)
     try:
         # the first request a fresh server gets is a deep link: it still runs inside app.py (its --db, its pages)
@@ -898,7 +980,7 @@ def test_real_browser_on_a_store_of_imports(db_outside):
         assert not b.count("[data-testid='stMain'] [data-testid='stMarkdownContainer'] a:not([href^='#']), "
                            "[data-testid='stMain'] [data-testid='stMarkdownContainer'] img")  # (#: heading anchors)
         body = b.open("", "Runs", screenshot="imports_runs")
-        assert "3 imports, 1 rescore" in body and "Traceback" not in body
+        assert "4 imports, 1 rescore" in body and "Traceback" not in body
         body = b.open("compare?a=lm_eval&b=inspect", "gained / lost", screenshot="imports_compare")
         assert "common problems\n20" in body and "Traceback" not in body
         body = b.open("agreement", "Disagreements", screenshot="imports_agreement")
@@ -908,8 +990,47 @@ def test_real_browser_on_a_store_of_imports(db_outside):
         assert cut == [] and "our accuracy" in body and "Traceback" not in body
         body = b.open("failures?runs=lm_eval,inspect,amc-import", "share of each", screenshot="imports_failures")
         assert "Traceback" not in body and not b.count(".katex-error")
+        # every page of the navigation, and on each every select box set in turn
+        chosen = {}
+        for path, title in _app_pages():
+            b.open_page(path, title)
+            chosen[title] = b.exercise_select_boxes()
+            assert not b.count(".katex-error"), title
+        assert {"Problem", "Compare two runs", "Agreement", "Failures"} <= {t for t, boxes in chosen.items() if boxes}
+        # the Appendix-C case view: both problems beside the response, judged, and the judgement kept in the store
+        b.open_page(f"failures?runs={R1ZERO_RUN}", "Failures")
+        box = next(x for x in b.driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSelectbox']")
+                   if x.text.startswith("open a case"))
+        assert "algebra/435" in b.choose(box, "algebra/435")
+        body = b.settled()
+        for shown in ("The problem asked", "The problem the reasoning fits best", "math500/test/algebra/435.json",
+                      "math500/test/algebra/224.json", "Listed by fits_another"):
+            assert shown in body, shown
+        b.driver.save_screenshot(str(b.artifacts / "imports_case.png"))
+        b.click(next(x for x in b.driver.find_elements(By.CSS_SELECTOR, "[data-testid='stRadio'] label")
+                     if x.text.startswith("confirmed")))
+        b.settled()
+        b.click(next(x for x in b.driver.find_elements(By.TAG_NAME, "button") if x.text == "save judgement"))
+        assert "Saved: confirmed" in b.settled()
+        b.open_page(f"failures?runs={R1ZERO_RUN}", "Failures")  # a fresh page reads it from the store
+        box = next(x for x in b.driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSelectbox']")
+                   if x.text.startswith("open a case"))
+        b.choose(box, "algebra/435")
+        assert "Traceback" not in b.settled()
+        checked = b.driver.execute_script(
+            "return [...document.querySelectorAll('[data-testid=stRadio]')]"
+            ".filter(r => r.querySelector('[data-testid=stWidgetLabel]').innerText.trim() === 'judgement')"
+            ".flatMap(r => [...r.querySelectorAll('label')]).filter(l => l.querySelector('input:checked'))"
+            ".map(l => l.innerText)")
+        assert len(checked) == 1 and checked[0].startswith("confirmed"), checked
     finally:
         b.close()
+    import duckdb
+
+    con = duckdb.connect(db_outside, read_only=True)
+    rows = con.execute("SELECT run_id, problem_id, sample_idx, judgement, flagged_by FROM judgements").fetchall()
+    con.close()
+    assert rows == [(R1ZERO_RUN, "math500/test/algebra/435.json", 0, "confirmed", "fits_another")]
 
 
 def test_agreement_page_on_a_real_import(tmp_path, monkeypatch):

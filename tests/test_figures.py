@@ -357,6 +357,32 @@ def test_a_results_file_records_its_commit_dirty_flag_and_code(repo):
     assert _record(repo)["provenance"]["dirty"] is False and _stale(repo) == ([], [])
 
 
+MOVING_SCRIPT = BENCH_SCRIPT.replace("write_json(", """import os, subprocess
+root = Path(__file__).resolve().parents[1]
+path = root / os.environ["COMMIT_DURING_RUN"]
+path.write_text(path.read_text() + "# changed during the run\\n")
+subprocess.run(["git", "commit", "-q", "-am", "a commit lands while the benchmark runs"], cwd=root, check=True)
+write_json(""", 1)
+
+
+def test_a_commit_during_the_run_is_dirty_only_when_it_changes_the_measured_code(repo):
+    _commit(repo, {"bench/x.py": MOVING_SCRIPT}, "a bench script that commits while it runs")
+    start = _git(repo, "rev-parse", "HEAD")
+    env = {**os.environ, **GIT_ENV}
+    subprocess.run([sys.executable, "bench/x.py"], cwd=repo, check=True, timeout=120,
+                   env={**env, "COMMIT_DURING_RUN": "docs/notes.md"})
+    prov = json.loads((repo / "bench/results/x.json").read_text())["provenance"]
+    assert prov["commit"] == start and _git(repo, "rev-parse", "HEAD") != start  # HEAD did move
+    assert prov["dirty"] is False and prov["dirty_paths"] == [] and _stale(repo) == ([], [])
+    start = _git(repo, "rev-parse", "HEAD")
+    subprocess.run([sys.executable, "bench/x.py"], cwd=repo, check=True, timeout=120,
+                   env={**env, "COMMIT_DURING_RUN": "pkg/mod.py"})
+    prov = json.loads((repo / "bench/results/x.json").read_text())["provenance"]
+    assert prov["dirty"] is True and len(prov["dirty_paths"]) == 1
+    assert prov["dirty_paths"][0].startswith(f"HEAD moved from {start[:12]}") and prov["dirty_paths"][0].endswith("pkg/mod.py")
+    assert _stale(repo)[0]
+
+
 def test_a_change_to_a_measured_path_after_the_recorded_commit_fails_the_check(repo):
     _record(repo)
     _commit(repo, {"docs/notes.md": "more notes\n"}, "an unrelated change")
