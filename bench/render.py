@@ -1478,7 +1478,6 @@ def check(root: Path = ROOT, results_dir: Path = RESULTS, stale: bool = True) ->
 NOT_YET_RECORDED: dict[str, str] = {
     "advantages": "a timing ratio, not re-recorded since results files carry their provenance: needs a quiet machine (`python bench/run_all.py --only advantages`)",
     "demo": "bench/demo.py now measures a fresh clone, its install, `prl demo` and the dashboard's first page in Chromium; not re-recorded since (needs a quiet machine and the package index, `python bench/demo.py`); the figure shown is the older data → report span, labelled so",
-    "faults": "the kill chains are being reworked (issue 28, item 1), which re-records them (`python bench/run_all.py --only faults`)",
     "generation": "a timing ratio (~5 min), not re-recorded since results files carry their provenance: needs a quiet machine (`python bench/run_all.py --only generation`)",
     "load": "~8 min, not re-recorded since results files carry their provenance: needs a quiet machine (`python bench/run_all.py --only load`)",
     "memory": "needs SmolLM2-135M (`prl model import --smollm2`), not on the machine of this branch",

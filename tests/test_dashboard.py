@@ -944,25 +944,38 @@ def test_real_browser_renders_every_page(db):
 
 
 @pytest.fixture(scope="module")
-def db_outside(db_imports, tmp_path_factory):
-    """db_imports plus DeepSeek-R1-Distill-Qwen-1.5B's long-form AMC responses and four R1-Zero MATH-500 responses,
-    three of them listed as suspicious passes (tests/data/external; dashboard_seed.import_r1zero_part)."""
+def db_outside(tmp_path_factory):
+    """A store of imported files only, made by ``prl import``'s code: lm-eval's and Inspect's own outputs on the same
+    20 synthetic problems (and a rescore of the Inspect run), DeepSeek-R1-Distill-Qwen-1.5B's long-form AMC responses,
+    and four R1-Zero MATH-500 responses, three of them listed as suspicious passes (tests/data/formats,
+    tests/data/external; dashboard_seed.import_r1zero_part)."""
     from dashboard_seed import import_r1zero_part
 
+    from prl.evaluation.rescore import rescore_run
+    from prl.grading.verifier import VerifierSettings
     from prl.imports.run import ImportConfig, run_import
+    from prl.store.db import Store
 
     db = tmp_path_factory.mktemp("dash_outside") / "store.duckdb"
-    shutil.copy(db_imports, db)
+    Store(db).close()
     amc = ROOT / "tests" / "data" / "external" / "amc-json-deepseek-r1-distill-qwen-1.5b" / "amc_output.json"
-    run_import(ImportConfig(files=(str(amc),), dataset="amc23", db=str(db), run_id="amc-import",
-                            reported_accuracy=0.6506, verifier_workers=1), progress=False, log=lambda *_: None)
-    return import_r1zero_part(db)
+    for run_id, path, dataset, extra in (
+            ("lm_eval", next((FORMATS / "lm_eval").glob("samples_*.jsonl")), "synth_test", {}),
+            ("inspect", FORMATS / "inspect" / "prl_synth_tiny_warm.eval", "synth_test", {}),
+            ("amc-import", amc, "amc23", {"reported_accuracy": 0.6506})):
+        run_import(ImportConfig(files=(str(path),), dataset=dataset, db=str(db), run_id=run_id, verifier_workers=1,
+                                **extra), progress=False, log=lambda *_: None)
+    rescore_run(str(db), "inspect", verifier=VerifierSettings(verifier_workers=1), progress=False, log=lambda *_: None)
+    import_r1zero_part(db)
+    kinds = Store(db, create=False).records("list_runs")
+    assert {r["kind"] for r in kinds} <= {"imported", "rescore"}, kinds  # nothing but imports (and a rescore of one)
+    return str(db)
 
 
 @pytest.mark.e2e
 @needs_browser
 def test_real_browser_on_a_store_of_imports(db_outside):
-    """The pages a researcher reads on imported runs, in Chromium at 1,400 px: the Runs caption counts the imports,
+    """The pages a researcher reads on a store of imported files only, in Chromium at 1,400 px: the Runs caption counts the imports,
     Compare compares two imports, the long-form R1-distill responses show typeset math and no KaTeX error, no link
     or image from their text, and no Agreement card is cut off; then every page of the navigation with every select
     box set in turn, and the Appendix-C case view opened, judged and saved (the store's judgements table)."""
