@@ -1492,7 +1492,8 @@ not been re-recorded yet. They are exempt from :func:`stale_results` until re-re
 that has a provenance fails the check (take it off this list), and an unlisted file without one fails.
 ``--check`` still prints, for each, what changed since the commit its machine record names."""
 
-WRITERS: dict[str, tuple[str, str]] = {"store_10m": ("bench/store.py", "CODE"), "faults": ("bench/run_all.py", "FAULTS_CODE")}
+WRITERS: dict[str, tuple[str, str]] = {"store_10m": ("bench/store.py", "CODE"), "faults": ("bench/run_all.py", "FAULTS_CODE"),
+                                       "reproducibility": ("bench/run_all.py", "FAULTS_CODE")}
 """Where a results file's code paths are declared when it is not ``CODE`` in ``bench/<name>.py``."""
 
 
