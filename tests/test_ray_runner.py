@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from prl.store.db import Store
+from tests.study_configs import small_study
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_RUNS = ("demo-eval-warm_start", "demo-eval-grpo", "demo-eval-prl")
@@ -76,27 +76,12 @@ def test_demo_evaluations_on_ray_store_the_in_process_samples(small_demo, tmp_pa
     assert report["runs"] == {"warm_start": EVAL_RUNS[0], "grpo": EVAL_RUNS[1], "prl": EVAL_RUNS[2]}
 
 
-def _two_job_study(tmp_path: Path, model: Path) -> Path:
-    """2 cells × 1 seed: tests/test_study.py's mini study at one seed (hf rollouts: the runner is under test)."""
-    doc = {"study": {"id": "duo", "out_dir": str(tmp_path / "study"), "seeds": [0], "baseline": "grpo",
-                     "eval": {"datasets": ["synth_test:6"], "n": 2}},
-           "base": {"algorithm": {"n_samples": 2},
-                    "train": {"model": str(model), "engine": "hf", "steps": 2, "prompts_per_step": 2, "mini_batch_size": 4,
-                              "micro_batch_size": 4, "max_tokens": 48, "checkpoint_every": 1, "segments_per_step": 1,
-                              "lr": 1e-4}},
-           "cells": [{"name": "grpo", "algorithm": {"estimator": "grpo"}},
-                     {"name": "prl", "algorithm": {"estimator": "prl", "eta": 10, "step_split": "text:\n\n"}}]}
-    path = tmp_path / "duo.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
 @pytest.mark.e2e
 @pytest.mark.timeout(900)
 def test_two_job_study_on_ray_runs_each_job_as_a_ray_task(tmp_path, warm_model):
     """`prl study --task-runner ray` on 2 cells × 1 seed: both jobs run as Ray tasks (prefect-ray's runner, a
     local Ray runtime), each trains its 2 steps and stores its evaluation, and the report is written."""
-    config = _two_job_study(tmp_path, warm_model[0])
+    config = small_study(tmp_path, warm_model[0], study_id="duo", seeds=(0,))
     r = subprocess.run([sys.executable, "-m", "prl_cli", "study", "--config", str(config), "--task-runner", "ray"],
                        cwd=ROOT, env={**_env(), "PREFECT_LOGGING_LEVEL": "INFO"},
                        capture_output=True, text=True, timeout=850)

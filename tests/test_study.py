@@ -25,6 +25,7 @@ from prl.studies.report import render_html, render_markdown, study_report
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from dashboard_seed import add_study  # noqa: E402
+from tests.study_configs import small_study  # noqa: E402
 
 BASE = {"algorithm": {"n_samples": 2}, "train": {"model": "m", "steps": 2, "prompts_per_step": 2,
                                                   "mini_batch_size": 4, "micro_batch_size": 4}}
@@ -162,22 +163,6 @@ def test_report_html_holds_plotly_once_and_one_chart_per_figure(tmp_path):
         "pass@k per cell (95% CI across seeds)", "Reward against KL to the reference over training (mean over seeds)"])
 
 
-def _small_study(tmp_path, model) -> Path:
-    doc = {"study": {"id": "mini", "out_dir": str(tmp_path / "study"), "seeds": [0, 1], "baseline": "grpo",
-                     "eval": {"datasets": ["synth_test:6"], "n": 2}},
-           "base": {"algorithm": {"n_samples": 2},
-                    # engine hf: the study machinery is under test here; vLLM rollouts are tests/test_train.py's
-                    # (each of the five trainer processes would import and start vLLM, ~11 s)
-                    "train": {"model": str(model), "engine": "hf", "steps": 2, "prompts_per_step": 2, "mini_batch_size": 4,
-                              "micro_batch_size": 4, "max_tokens": 48, "checkpoint_every": 1, "segments_per_step": 1,
-                              "lr": 1e-4}},
-           "cells": [{"name": "grpo", "algorithm": {"estimator": "grpo"}},
-                     {"name": "prl", "algorithm": {"estimator": "prl", "eta": 10, "step_split": "text:\n\n"}}]}
-    p = tmp_path / "mini.yaml"
-    p.write_text(yaml.safe_dump(doc))
-    return p
-
-
 def _cli_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
                                                              "MASTER_PORT", "LOCAL_WORLD_SIZE")}
@@ -188,7 +173,7 @@ def _cli_env() -> dict[str, str]:
 def test_small_study_end_to_end_killed_and_finished_by_a_rerun(tmp_path, warm_model, prefect_api_env):
     """2 cells × 2 seeds: SIGKILL while the second job trains; the rerun skips the finished job, resumes the
     killed one from its checkpoint, runs the rest, and the report's figures come from the stored rows."""
-    config = _small_study(tmp_path, warm_model[0])
+    config = small_study(tmp_path, warm_model[0])
     cmd = [sys.executable, "-m", "prl_cli", "study", "--config", str(config)]
     log = tmp_path / "first.log"
     with log.open("w") as f:
