@@ -45,7 +45,13 @@ def page_calls(db: str) -> list[tuple[str, str, tuple, dict]]:
     the list is the pages' own, whatever they become."""
     import dashboard_pages as dp
 
-    rec = dp.trace_pages(db)
+    main = sys.modules["__main__"]
+    try:
+        rec = dp.trace_pages(db)
+    finally:
+        # Streamlit runs each page as the module ``__main__`` and leaves the last one there; the clients are
+        # started with spawn, which pickles :func:`client` by its name in this script's ``__main__``
+        sys.modules["__main__"] = main
     calls: dict[tuple, tuple[str, str, tuple, dict]] = {}
     for c in rec.calls:
         if c.kind == "data":

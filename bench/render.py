@@ -1476,7 +1476,6 @@ def check(root: Path = ROOT, results_dir: Path = RESULTS, stale: bool = True) ->
 # --- provenance: figures of code that changed since they were recorded ----------------------------
 
 NOT_YET_RECORDED: dict[str, str] = {
-    "advantages": "a timing ratio, not re-recorded since results files carry their provenance: needs a quiet machine (`python bench/run_all.py --only advantages`)",
     "demo": "bench/demo.py now measures a fresh clone, its install, `prl demo` and the dashboard's first page in Chromium; not re-recorded since (needs a quiet machine and the package index, `python bench/demo.py`); the figure shown is the older data → report span, labelled so",
     "generation": "a timing ratio (~5 min), not re-recorded since results files carry their provenance: needs a quiet machine (`python bench/run_all.py --only generation`)",
     "load": "~8 min, not re-recorded since results files carry their provenance: needs a quiet machine (`python bench/run_all.py --only load`)",
