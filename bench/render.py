@@ -488,7 +488,8 @@ def region_generation(res: Results) -> str:
              f"({g['prompt_tokens_mean']:.0f} tokens on average) × {g['n']} samples; {g['sampling']}; both engines "
              f"through `prl.generation.engines`. {machine_detail(g['machine'])}; torch {g['machine'].get('torch')}, vLLM "
              f"{eng.get('engine_version', '?')} on {eng.get('device', '?')}"
-             + (f"; load average {la[0]} at the start, {la[1]} at the end" if la else "") + ".", ""]
+             + (f"; load average {la[0]} at the start, {la[1]} at the end"
+                if la and not g["machine"].get("load_average") else "") + ".", ""]  # machine_detail says it
     rows = []
     for w, name in zip(wl.values(), names, strict=True):
         tf = w["transformers"]
@@ -1477,8 +1478,6 @@ def check(root: Path = ROOT, results_dir: Path = RESULTS, stale: bool = True) ->
 
 NOT_YET_RECORDED: dict[str, str] = {
     "demo": "bench/demo.py now measures a fresh clone, its install, `prl demo` and the dashboard's first page in Chromium; not re-recorded since (needs a quiet machine and the package index, `python bench/demo.py`); the figure shown is the older data → report span, labelled so",
-    "generation": "a timing ratio (~5 min), not re-recorded since results files carry their provenance: needs a quiet machine (`python bench/run_all.py --only generation`)",
-    "load": "~8 min, not re-recorded since results files carry their provenance: needs a quiet machine (`python bench/run_all.py --only load`)",
     "memory": "needs SmolLM2-135M (`prl model import --smollm2`), not on the machine of this branch",
     "peers": "needs the peers' environments under bench/.envs/ (verl, TRL, lighteval), not on the machine of this branch",
     "real_model": "needs SmolLM2-135M (`prl model import --smollm2`), not on the machine of this branch",
