@@ -135,7 +135,7 @@ HOT_ROWS = 64  # rows per transaction of reader_waits' back-to-back writer
 def write_waits(db: str, calls: list, clients: int, rounds: int = 12) -> dict:
     """Seconds per small write transaction (WAIT_ROWS rows) under ``clients`` readers, the writer's turnstile on and off
     alternately (the same load for both): how long a waiting writer is kept out."""
-    from prl.store.db import db as store_mod
+    import prl.store.db as store_mod
 
     waits: dict[str, list[float]] = {"writers_first": [], "no_priority": []}
 
@@ -160,7 +160,7 @@ def write_waits(db: str, calls: list, clients: int, rounds: int = 12) -> dict:
 
 HOT_WRITER = r"""
 import sys
-from prl.store.db import db as store
+import prl.store.db as store
 s = store.Store(sys.argv[1], create=False, turnstile=sys.argv[3] == "on")
 print("ready", flush=True)
 for chunk in range(int(sys.argv[2])):
@@ -174,7 +174,7 @@ def reader_waits(chunks: int = 150, rounds: int = 3) -> dict:
     """The mirror of :func:`write_waits`: one reader querying in a loop while a writer commits
     ``chunks`` transactions back to back, the turnstile on and off alternately (both sides).
     Per mode: read latency p50/p95/max, reads completed, and the writer's wall time."""
-    from prl.store.db import db as store_mod
+    import prl.store.db as store_mod
 
     out: dict[str, dict] = {}
     lat: dict[str, list[float]] = {"turnstile": [], "no_turnstile": []}

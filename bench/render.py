@@ -1478,6 +1478,7 @@ def check(root: Path = ROOT, results_dir: Path = RESULTS, stale: bool = True) ->
 
 NOT_YET_RECORDED: dict[str, str] = {
     "demo": "bench/demo.py now measures a fresh clone, its install, `prl demo` and the dashboard's first page in Chromium; not re-recorded since (needs a quiet machine and the package index, `python bench/demo.py`); the figure shown is the older data → report span, labelled so",
+    "load": "~8 min, not re-recorded since results files carry their provenance: `python bench/run_all.py --only load`",
     "memory": "needs SmolLM2-135M (`prl model import --smollm2`), not on the machine of this branch",
     "peers": "needs the peers' environments under bench/.envs/ (verl, TRL, lighteval), not on the machine of this branch",
     "real_model": "needs SmolLM2-135M (`prl model import --smollm2`), not on the machine of this branch",
