@@ -208,3 +208,24 @@ def test_a_cpu_trainer_pins_the_mmap_threshold_unless_the_user_set_one(env, expe
     base = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
     out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, check=True)
     assert int(out.stdout.split()[-1]) == expected
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_layer_probe_without_computing_matches_the_computed_probe(dtype):
+    """The probe's shapes-only pass (matrix products and fused attention allocate, uninitialised, and compute nothing;
+    what the dry run uses for a half-precision dtype on a CPU without instructions for it) gives the computed
+    probe's bytes per token, every field, on a Qwen2 layer small enough to compute in either dtype anywhere."""
+    import torch
+    from transformers import Qwen2Config
+
+    from prl.training.memory import computes_natively, probe_layer
+
+    cfg = Qwen2Config(hidden_size=256, intermediate_size=1024, num_attention_heads=8, num_key_value_heads=2,
+                      num_hidden_layers=2, vocab_size=1000)
+    dt = getattr(torch, dtype)
+    computed, shapes_only = probe_layer(cfg, dt, compute=True), probe_layer(cfg, dt, compute=False)
+    assert computed.computed and not shapes_only.computed
+    fields = ("saved", "saved_checkpointed", "nograd", "backward", "backward_checkpointed")
+    assert {f: getattr(shapes_only, f) for f in fields} == {f: getattr(computed, f) for f in fields}
+    assert computed.saved > computed.saved_checkpointed > 0 and computed.backward > 0
+    assert probe_layer(cfg, dt).computed == computes_natively(dt)

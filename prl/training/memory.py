@@ -106,6 +106,9 @@ class LayerProfile:
     the saved tensors it frees as it goes)."""
     backward_checkpointed: float = 0.0
     """The same with gradient checkpointing: the recomputed forward's saved tensors, then the backward."""
+    computed: bool = True
+    """False where the layer's matrix products and attention allocated their outputs without computing them
+    (:func:`probe_layer`'s ``compute``: a CPU without native instructions for the dtype)."""
 
 
 def _peak_allocated(fn) -> int:
@@ -133,8 +136,54 @@ def _peak_allocated(fn) -> int:
     return top
 
 
+SHAPES_ONLY_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_flash_attention_for_cpu",
+                             "_scaled_dot_product_flash_attention_for_cpu_backward"})
+"""The operators of a decoder layer that :func:`probe_layer` does not compute on a CPU without native half-precision
+matrix units (:func:`computes_natively`): its matrix products and CPU fused attention, forward and backward."""
+
+
+def computes_natively(dtype) -> bool:
+    """Whether this CPU runs ``dtype``'s matrix products on its own instructions (oneDNN): float32 always,
+    bfloat16 / float16 only with AVX-512 BF16 / FP16 or AMX. Without them torch falls back to reference kernels
+    that take minutes for one 7 B decoder layer (seen on an AVX2-only AMD EPYC: a 192 × 3,584 × 18,944 bfloat16
+    product did not finish in 2 minutes; float32: 0.4 s)."""
+    import torch
+
+    if dtype == torch.bfloat16:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    if dtype == torch.float16:
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    return True
+
+
+def _shapes_only():
+    """A dispatch mode in which the operators of :data:`SHAPES_ONLY_OPS` allocate their outputs, uninitialised, with
+    the shapes, strides and dtypes their meta kernels give, and compute nothing; every other operator runs as
+    usual. Autograd, its saved tensors and the profiler's allocation record see the same tensors as in a computed
+    pass (tests/test_dry_run.py checks the probe both ways); only the values are not computed, and memory does not
+    depend on them."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_map
+
+    def meta(t):
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") if isinstance(t, torch.Tensor) else t
+
+    def real(t):
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu") if isinstance(t, torch.Tensor) else t
+
+    class ShapesOnly(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func.overloadpacket.__name__ not in SHAPES_ONLY_OPS or func._schema.is_mutable:
+                return func(*args, **kwargs)
+            return tree_map(real, func(*tree_map(meta, args), **tree_map(meta, kwargs)))
+
+    return ShapesOnly()
+
+
 def probe_layer(config, dtype, tokens: tuple[int, int] = (16, 48),
-                backward_tokens: tuple[int, int] = (64, 192)) -> LayerProfile:
+                backward_tokens: tuple[int, int] = (64, 192), compute: bool | None = None) -> LayerProfile:
     """Bytes per token of one decoder layer of ``config``'s architecture: what it keeps for backward, with and
     without gradient checkpointing (every tensor autograd saves, counted once by storage); the peak of its
     no-gradient forward; and the peak its backward adds, with and without checkpointing (the last three from
@@ -142,7 +191,13 @@ def probe_layer(config, dtype, tokens: tuple[int, int] = (16, 48),
     weights, one layer only) and run on two sequence lengths; the difference between them divided by the tokens
     is the per-token cost (attention here is linear in length). For the backward the layer's parameters are
     frozen, so that their gradients (counted in the model states, and no per-token cost) do not blur the
-    difference; ``backward_tokens`` are longer for the same reason."""
+    difference; ``backward_tokens`` are longer for the same reason.
+
+    ``compute`` (default: :func:`computes_natively` for ``dtype``): False runs the layer with its matrix products
+    and fused attention allocating their outputs without computing them (:func:`_shapes_only`), so that a
+    bfloat16 plan takes seconds on a CPU without bfloat16 instructions instead of tens of minutes."""
+    import contextlib
+
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -210,13 +265,15 @@ def probe_layer(config, dtype, tokens: tuple[int, int] = (16, 48),
         a, b = lengths
         return (f(b) - f(a)) / (b - a)
 
-    per = {ck: per_token(lambda n: saved_bytes(n, ck), tokens) for ck in (False, True)}
-    back = {ck: per_token(lambda n: backward_peak(n, ck), backward_tokens) for ck in (False, True)}
-    nograd = per_token(nograd_peak, tokens)
+    compute = computes_natively(dtype) if compute is None else compute
+    with contextlib.nullcontext() if compute else _shapes_only():
+        per = {ck: per_token(lambda n: saved_bytes(n, ck), tokens) for ck in (False, True)}
+        back = {ck: per_token(lambda n: backward_peak(n, ck), backward_tokens) for ck in (False, True)}
+        nograd = per_token(nograd_peak, tokens)
     if not (nograd > 0 and back[False] > 0 and back[True] > 0):  # a torch whose profiler records no memory
         nograd, back = per[False], {False: per[False], True: 2 * per[False]}  # the saved tensors: an upper bound
     return LayerProfile(saved=per[False], saved_checkpointed=per[True], dtype=str(dtype).removeprefix("torch."),
-                        nograd=nograd, backward=back[False], backward_checkpointed=back[True])
+                        nograd=nograd, backward=back[False], backward_checkpointed=back[True], computed=compute)
 
 
 @dataclass
