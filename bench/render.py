@@ -1477,14 +1477,14 @@ def check(root: Path = ROOT, results_dir: Path = RESULTS, stale: bool = True) ->
 # --- provenance: figures of code that changed since they were recorded ----------------------------
 
 NOT_YET_RECORDED: dict[str, str] = {
-    "demo": "bench/demo.py now measures a fresh clone, its install, `prl demo` and the dashboard's first page in Chromium; not re-recorded since (needs a quiet machine and the package index, `python bench/demo.py`); the figure shown is the older data → report span, labelled so",
-    "load": "~8 min, not re-recorded since results files carry their provenance: `python bench/run_all.py --only load`",
-    "memory": "needs SmolLM2-135M (`prl model import --smollm2`), not on the machine of this branch",
+    "demo": "bench/demo.py now measures a fresh clone, its install, `prl demo` and the dashboard's first page in Chromium; not re-recorded since (~30 min on a quiet machine, `python bench/demo.py`); the figure shown is the older data → report span, labelled so",
+    "load": "~9 min; bench/load.py was repaired on 2026-12-03 (it had not run since the store module moved) and not re-recorded since: `python bench/run_all.py --only load`",
+    "memory": "~7 min on a quiet machine with SmolLM2-135M imported (`prl model import --smollm2`): not re-recorded since results files carry their provenance (`python bench/memory.py`)",
     "peers": "needs the peers' environments under bench/.envs/ (verl, TRL, lighteval), not on the machine of this branch",
-    "real_model": "needs SmolLM2-135M (`prl model import --smollm2`), not on the machine of this branch",
-    "smollm2_train": "needs SmolLM2-135M (`prl model import --smollm2`) and ~30 min, not on the machine of this branch",
+    "real_model": "~10 min on a quiet machine with SmolLM2-135M imported: not re-recorded since results files carry their provenance (`python bench/real_model.py`)",
+    "smollm2_train": "~30 min on a quiet machine with SmolLM2-135M imported: not re-recorded since results files carry their provenance (`python bench/smollm2_train.py`)",
     "study": "`prl study` on the embedded config, ~55 min: re-recorded on a quiet machine (`python bench/study.py`)",
-    "suite": "the whole suite, ~18 min: re-recorded on a quiet machine (`python bench/suite.py`)",
+    "suite": "the whole suite, ~20 min: the run of 2026-12-03 was stopped in tests/test_dry_run.py (the bfloat16 layer probe on an AVX2-only CPU, since fixed); `python bench/suite.py`",
 }
 """Results files recorded before results files carried their provenance (issue 28), each with why it has
 not been re-recorded yet. They are exempt from :func:`stale_results` until re-recorded; a listed file
