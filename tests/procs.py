@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 
 def kill_when(cmd: list[str], ready: Callable[[], bool], *, cwd: Path, env: dict[str, str],
               timeout_s: float = 600, poll_s: float = 0.05) -> None:
@@ -47,3 +49,12 @@ def listening_addresses(pid: int) -> set[tuple[str, int]]:
     root = psutil.Process(pid)
     return {(c.laddr.ip, c.laddr.port) for p in (root, *root.children(recursive=True))
             for c in p.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+
+
+def cmdline(proc: psutil.Process) -> list[str]:
+    """``proc``'s command line, or ``[]`` when it exited between ``children()`` and this read (a short-lived
+    helper such as a compiler probe does; CI once failed on that race)."""
+    try:
+        return proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return []

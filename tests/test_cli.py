@@ -517,6 +517,7 @@ def test_ctrl_c_during_eval_is_one_line_exit_130_and_the_rerun_resumes(tiny_mode
     import time
 
     import psutil
+    from procs import cmdline
 
     from prl.store.db import Store
 
@@ -545,7 +546,7 @@ def test_ctrl_c_during_eval_is_one_line_exit_130_and_the_rerun_resumes(tiny_mode
             time.sleep(0.1)
         assert before and proc.poll() is None, "the run ended before a chunk was stored"
         helpers = psutil.Process(proc.pid).children(recursive=True)
-        names = " ".join(" ".join(p.cmdline()) for p in helpers)
+        names = " ".join(" ".join(cmdline(p)) for p in helpers)
         assert "uvicorn" in names and "spawn_main" in names, names  # the API server and the verifier workers
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         out, err = proc.communicate(timeout=120)

@@ -21,6 +21,7 @@ import yaml
 
 from flows.train import TrainingProcessFailed, run_monitored, training_failure
 from prl.training.config import RunConfig
+from procs import cmdline
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 2**20
@@ -232,7 +233,7 @@ def test_prl_train_whose_training_process_is_sigkilled_prints_one_error_line(tin
         trainer = None
         while trainer is None and cli.poll() is None and time.monotonic() < deadline:
             trainer = next((p for p in psutil.Process(cli.pid).children(recursive=True)
-                            if "prl.training.train" in " ".join(p.cmdline())), None)
+                            if "prl.training.train" in " ".join(cmdline(p))), None)
             time.sleep(0.05)
         assert trainer is not None, f"no training process started: {cli.stderr.read() if cli.poll() is not None else ''}"
         trainer.send_signal(signal.SIGKILL)
