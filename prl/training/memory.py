@@ -108,7 +108,7 @@ class LayerProfile:
     """The same with gradient checkpointing: the recomputed forward's saved tensors, then the backward."""
     computed: bool = True
     """False where the layer's matrix products and attention allocated their outputs without computing them
-    (:func:`probe_layer`'s ``compute``: a CPU without native instructions for the dtype)."""
+    (:func:`probe_layer`'s default, ``compute=False``)."""
 
 
 def _peak_allocated(fn) -> int:
@@ -138,22 +138,8 @@ def _peak_allocated(fn) -> int:
 
 SHAPES_ONLY_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_flash_attention_for_cpu",
                              "_scaled_dot_product_flash_attention_for_cpu_backward"})
-"""The operators of a decoder layer that :func:`probe_layer` does not compute on a CPU without native half-precision
-matrix units (:func:`computes_natively`): its matrix products and CPU fused attention, forward and backward."""
-
-
-def computes_natively(dtype) -> bool:
-    """Whether this CPU runs ``dtype``'s matrix products on its own instructions (oneDNN): float32 always,
-    bfloat16 / float16 only with AVX-512 BF16 / FP16 or AMX. Without them torch falls back to reference kernels
-    that take minutes for one 7 B decoder layer (seen on an AVX2-only AMD EPYC: a 192 × 3,584 × 18,944 bfloat16
-    product did not finish in 2 minutes; float32: 0.4 s)."""
-    import torch
-
-    if dtype == torch.bfloat16:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    if dtype == torch.float16:
-        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-    return True
+"""The operators of a decoder layer that :func:`probe_layer` runs shapes-only (:func:`_shapes_only`): its matrix
+products and CPU fused attention, forward and backward."""
 
 
 def _shapes_only():
@@ -183,7 +169,7 @@ def _shapes_only():
 
 
 def probe_layer(config, dtype, tokens: tuple[int, int] = (16, 48),
-                backward_tokens: tuple[int, int] = (64, 192), compute: bool | None = None) -> LayerProfile:
+                backward_tokens: tuple[int, int] = (64, 192), compute: bool = False) -> LayerProfile:
     """Bytes per token of one decoder layer of ``config``'s architecture: what it keeps for backward, with and
     without gradient checkpointing (every tensor autograd saves, counted once by storage); the peak of its
     no-gradient forward; and the peak its backward adds, with and without checkpointing (the last three from
@@ -193,9 +179,13 @@ def probe_layer(config, dtype, tokens: tuple[int, int] = (16, 48),
     frozen, so that their gradients (counted in the model states, and no per-token cost) do not blur the
     difference; ``backward_tokens`` are longer for the same reason.
 
-    ``compute`` (default: :func:`computes_natively` for ``dtype``): False runs the layer with its matrix products
-    and fused attention allocating their outputs without computing them (:func:`_shapes_only`), so that a
-    bfloat16 plan takes seconds on a CPU without bfloat16 instructions instead of tens of minutes."""
+    By default (``compute=False``) the layer runs with its matrix products and fused attention allocating their
+    outputs without computing them (:func:`_shapes_only`): the per-token cost of the tensors the layer makes, the
+    same on any CPU, in seconds. Computed (``compute=True``), the CPU kernels' own scratch enters the record
+    too: on a CPU with AMX, bfloat16 attention's blocked work buffers made the computed per-token peaks at these
+    short lengths 25-35 % lower than at 256 tokens and more, where they equal the shapes-only figures; on an
+    AVX2-only CPU a computed bfloat16 probe of one 7 B layer takes over 15 minutes (docs/architecture.md §11.7,
+    tests/test_dry_run.py)."""
     import contextlib
 
     import torch
@@ -265,7 +255,6 @@ def probe_layer(config, dtype, tokens: tuple[int, int] = (16, 48),
         a, b = lengths
         return (f(b) - f(a)) / (b - a)
 
-    compute = computes_natively(dtype) if compute is None else compute
     with contextlib.nullcontext() if compute else _shapes_only():
         per = {ck: per_token(lambda n: saved_bytes(n, ck), tokens) for ck in (False, True)}
         back = {ck: per_token(lambda n: backward_peak(n, ck), backward_tokens) for ck in (False, True)}
