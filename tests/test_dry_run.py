@@ -216,8 +216,8 @@ def test_layer_probe_without_computing_matches_the_computed_probe_at_lengths_pas
     nothing: the dry run's probe) at its short default lengths gives, every field, the bytes per token of a
     computed probe at 256-1,024 tokens, on a Qwen2 layer small enough to compute in either dtype anywhere. A
     computed probe at the short lengths is not the reference: on a CPU with AMX its bfloat16 attention's
-    blocked work buffers lowered the per-token peaks there by 25-35 % (measured on a Xeon with AMX,
-    docs/architecture.md §11.7); past them the computed and shapes-only figures are equal."""
+    blocked work buffers lowered the per-token peaks there by 25-35 % (measured on a Xeon with AMX;
+    docs/architecture.md §The layer probe counts tensors, not a CPU's kernels); past them both are equal."""
     import torch
     from transformers import Qwen2Config
 

@@ -184,8 +184,8 @@ def probe_layer(config, dtype, tokens: tuple[int, int] = (16, 48),
     same on any CPU, in seconds. Computed (``compute=True``), the CPU kernels' own scratch enters the record
     too: on a CPU with AMX, bfloat16 attention's blocked work buffers made the computed per-token peaks at these
     short lengths 25-35 % lower than at 256 tokens and more, where they equal the shapes-only figures; on an
-    AVX2-only CPU a computed bfloat16 probe of one 7 B layer takes over 15 minutes (docs/architecture.md §11.7,
-    tests/test_dry_run.py)."""
+    AVX2-only CPU a computed bfloat16 probe of one 7 B layer takes over 15 minutes (tests/test_dry_run.py;
+    docs/architecture.md §The layer probe counts tensors, not a CPU's kernels)."""
     import contextlib
 
     import torch
