@@ -1484,7 +1484,6 @@ NOT_YET_RECORDED: dict[str, str] = {
     "real_model": "~10 min on a quiet machine with SmolLM2-135M imported: not re-recorded since results files carry their provenance (`python bench/real_model.py`)",
     "smollm2_train": "~30 min on a quiet machine with SmolLM2-135M imported: not re-recorded since results files carry their provenance (`python bench/smollm2_train.py`)",
     "study": "`prl study` on the embedded config, ~55 min: re-recorded on a quiet machine (`python bench/study.py`)",
-    "suite": "the whole suite, ~20 min: the run of 2026-12-03 was stopped in tests/test_dry_run.py (the bfloat16 layer probe on an AVX2-only CPU, since fixed); `python bench/suite.py`",
 }
 """Results files recorded before results files carried their provenance (issue 28), each with why it has
 not been re-recorded yet. They are exempt from :func:`stale_results` until re-recorded; a listed file
