@@ -159,10 +159,10 @@ def baseline_logprobs(trainer, r):
     with torch.no_grad():
         trainer.engine.module.eval()
         old, ref = [], []
-        for i in range(0, len(r), trainer.t.micro_batch_size):
-            args = baseline_batch(r, slice(i, i + trainer.t.micro_batch_size))
-            old.append(baseline_response_logprobs(trainer.engine.module, *args, temperature=trainer.t.temperature)[0])
-            ref.append(baseline_response_logprobs(trainer.ref, *args, temperature=trainer.t.temperature)[0])
+        for i in range(0, len(r), trainer.train_cfg.micro_batch_size):
+            args = baseline_batch(r, slice(i, i + trainer.train_cfg.micro_batch_size))
+            old.append(baseline_response_logprobs(trainer.engine.module, *args, temperature=trainer.train_cfg.temperature)[0])
+            ref.append(baseline_response_logprobs(trainer.ref, *args, temperature=trainer.train_cfg.temperature)[0])
     return LogProbs(old=torch.cat(old), ref=torch.cat(ref))
 
 
@@ -172,7 +172,7 @@ def baseline_update(trainer, r, lp, rho) -> None:
 
     from prl_core.losses import ppo_clip_loss
 
-    t, algo, engine = trainer.t, trainer.algo, trainer.engine
+    t, algo, engine = trainer.train_cfg, trainer.algo, trainer.engine
     engine.module.train()
     gen = torch.Generator().manual_seed(t.seed * 1_000_003 + trainer.step_no)
     for _ in range(t.ppo_epochs):
