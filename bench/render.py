@@ -1184,8 +1184,9 @@ def suite_line(r: dict) -> str:
     failed = c["failures"] + c["errors"]
     return (f"`{r['command']}`{' (a partial run)' if r['partial'] else ''}: {c['passed']} passed"
             + (f", **{failed} failed**" if failed else "") + f", {c['skipped']} skipped in **{duration(r['seconds'])}** "
-            f"(target ≤ {duration(r['target_s'])}: {met(r['within_target'] and not r['partial'])}), "
-            f"on {machine_detail(r['machine'])}")
+            f"(target ≤ {duration(r['target_s'])}: {met(r['within_target'] and not r['partial'])})"
+            + (f", {r['workers']} pytest-xdist workers" if r.get("workers", 1) > 1 else "")
+            + f", on {machine_detail(r['machine'])}")
 
 
 def region_suite_time(res: Results) -> str:
@@ -1205,12 +1206,19 @@ def region_suite(res: Results) -> str:
     lines = [suite_line(r) + ".", "",
              f"CPU time of the suite's processes: {duration(r['cpu_user_s'])} user + {duration(r['cpu_sys_s'])} system "
              f"= {cpu / (r['seconds'] * cores):.0%} of {cores} cores over the wall time. "
-             f"Test time (setup + call + teardown, summed): {duration(r['test_seconds'])}.", ""]
+             f"Test time (setup + call + teardown, summed over the workers): {duration(r['test_seconds'])}.", ""]
     if "skipped" in r:  # recorded from the run's JUnit XML (older results files did not record them)
         lines += table(["skipped test", "reason"], [[f"`{x['test']}`", x["reason"]] for x in r["skipped"]]) + [""]
-    lines += table(["slowest tests", "time"], [[f"`{t['test']}`", duration(t["seconds"])] for t in r["slowest"][:12]])
+    cpu_cols = "cpu_s" in r["slowest"][0] if r["slowest"] else False  # recorded per test since the suite ran on xdist
+
+    def row(name: str, x: dict) -> list[str]:
+        return [f"`{name}`", duration(x["seconds"])] + ([duration(x["cpu_s"])] if cpu_cols else [])
+
+    lines += table(["slowest tests", "time"] + (["CPU time"] if cpu_cols else []),
+                   [row(t["test"], t) for t in r["slowest"][:12]])
     lines += [""]
-    lines += table(["test time by file", "time"], [[f"`{f['file']}`", duration(f["seconds"])] for f in r["by_file"][:8]])
+    lines += table(["test time by file", "time"] + (["CPU time"] if cpu_cols else []),
+                   [row(f["file"], f) for f in r["by_file"][:8]])
     return "\n".join(lines)
 
 

@@ -48,9 +48,11 @@ BENCHES = {
     "train_step": lambda full: [sys.executable, str(HERE / "train_step.py"), "--model", _warm_model()],
     "memory": lambda full: [sys.executable, str(HERE / "memory.py")],
     "dashboard": lambda full: [sys.executable, str(HERE / "dashboard.py")],
-    "load_test": lambda full: [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_load.py", "-s"],
+    "load_test": lambda full: [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "tests/test_load.py",
+                               "-s"],
     "load": lambda full: [sys.executable, str(HERE / "load.py")],
-    "faults": lambda full: [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/faults", "-s"],
+    "faults": lambda full: [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "tests/faults",
+                            "-s"],  # one process (-n 0): the chains are timed, and -s shows their lines
     "demo": lambda full: [sys.executable, str(HERE / "demo.py")] if full else None,
 }
 

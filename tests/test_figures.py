@@ -282,6 +282,43 @@ def test_the_suite_record_reads_pytests_own_junit_report(tmp_path):
     assert max(ids, key=ids.get) == "tests/faults/test_b.py::test_slow"
 
 
+def test_the_suite_record_reads_xdist_workers_and_the_per_test_cpu_time(tmp_path):
+    """Under pytest-xdist (two workers, tests/conftest.py's scheduler: a module whole on one worker) the JUnit ids
+    are the tests', and the per-test lines of tests/conftest.py's PRL_TEST_CPU_LOG hook give each test's CPU time
+    and worker: a test that spins has about its wall time in CPU, one that sleeps almost none."""
+    import shutil
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        suite = _load("suite")
+    finally:
+        sys.path.remove(str(BENCH))
+    pkg = tmp_path / "tests"
+    pkg.mkdir()
+    shutil.copy(ROOT / "tests" / "conftest.py", pkg / "conftest.py")  # the hook under test, as the suite loads it
+    (pkg / "test_a.py").write_text(
+        "import time\n\n"
+        "def test_spins():\n    t = time.process_time()\n    while time.process_time() - t < 0.6:\n        pass\n\n"
+        "def test_sleeps():\n    time.sleep(0.6)\n")
+    (pkg / "test_b.py").write_text("def test_other():\n    pass\n")
+    junit, log = tmp_path / "junit.xml", tmp_path / "cpu.jsonl"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-n", "2",
+                        "--no-loadscope-reorder", f"--rootdir={tmp_path}", f"--junitxml={junit}", "tests"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "PRL_TEST_CPU_LOG": str(log)})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    counts, cases, _ = suite.parse_junit(junit)
+    ids = {"tests/test_a.py::test_spins", "tests/test_a.py::test_sleeps", "tests/test_b.py::test_other"}
+    assert counts["passed"] == 3 and {t for t, _ in cases} == ids
+    cpu, workers = suite.read_cpu_log(log)
+    assert set(cpu) == ids and workers == 2  # two modules, one to each worker
+    by_worker = {}
+    for line in log.read_text().splitlines():
+        rec = json.loads(line)
+        by_worker.setdefault(rec["test"].split("::")[0], set()).add(rec["worker"])
+    assert all(len(w) == 1 for w in by_worker.values()), by_worker  # a module whole on one worker
+    assert cpu["tests/test_a.py::test_spins"] >= 0.5 and cpu["tests/test_a.py::test_sleeps"] < 0.3, cpu
+
+
 # ─── figures that cannot go stale (issue 28) ──────────────────────────────────────────────────────
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
