@@ -109,17 +109,17 @@ def main(argv: list[str] | None = None) -> int:
     log_routing.configure(None, verbose=verbose, quiet=quiet, reported=_reported_here)
     in_main_thread = threading.current_thread() is threading.main_thread()  # signal handlers: the main thread's
     previous = signal.signal(signal.SIGINT, _on_sigint) if in_main_thread else None
+    _SIGINT_SEEN.clear()
     try:
         return args.func(args)
     except KeyboardInterrupt:
-        print("interrupted (rerun the same command to resume)", file=sys.stderr, flush=True)
-        if entry:
-            _exit_now(130)
-        return 130
+        return _interrupted(entry)
     except BrokenPipeError:  # `prl report … | head`: the reader has gone; stop quietly, as a shell tool does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
         return 141
     except Exception as e:  # known input errors: one line, no traceback
+        if _SIGINT_SEEN.is_set():  # the Ctrl-C's KeyboardInterrupt, turned into another error by a library
+            return _interrupted(entry)
         if _is_user_error(e):
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -132,6 +132,19 @@ def main(argv: list[str] | None = None) -> int:
         log_routing.reset()
         for key in no_bars:
             os.environ.pop(key, None)
+
+
+_SIGINT_SEEN = threading.Event()
+"""Set by :func:`_on_sigint`: a Ctrl-C reached this command. A library may turn the KeyboardInterrupt into an error
+of its own — DuckDB, interrupted inside a query, raises ``RuntimeError: Query interrupted`` (measured: Ctrl-C while
+`prl eval` wrote a chunk; `prl sql` reported its own timeout) — and :func:`main` still reports it as the Ctrl-C."""
+
+
+def _interrupted(entry: bool) -> int:
+    print("interrupted (rerun the same command to resume)", file=sys.stderr, flush=True)
+    if entry:
+        _exit_now(130)
+    return 130
 
 
 def _exit_now(status: int) -> None:
@@ -164,6 +177,7 @@ def _on_sigint(signum, frame) -> None:
     libraries' reports of the interruption go to the log file and :func:`main`'s one line is all the user sees."""
     from prl import log_routing
 
+    _SIGINT_SEEN.set()
     log_routing.interrupted()
     raise KeyboardInterrupt
 
@@ -171,7 +185,7 @@ def _on_sigint(signum, frame) -> None:
 def _reported_here(e: BaseException) -> bool:
     """What :func:`main` reports itself in one line (a user error; Ctrl-C: "interrupted"), so that a library's
     record of it (Prefect's traceback of the failed or crashed flow run) goes to the log file only."""
-    return isinstance(e, KeyboardInterrupt) or _is_user_error(e)
+    return isinstance(e, KeyboardInterrupt) or _SIGINT_SEEN.is_set() or _is_user_error(e)
 
 
 def _is_user_error(e: BaseException) -> bool:

@@ -121,15 +121,16 @@ WARM_SFT = _warm_sft()
 
 # The warm start is the session's heaviest fixture (~165 s of CPU) and the suite keeps the cores only partly busy:
 # when a collected test needs it, it is built in a background process from the start of the session and the
-# fixture waits for it there. At the lowest priority (nice 19), so it takes the cycles the tests leave idle
-# instead of slowing the test beside it (a training fault test took 36 s alone and 174-233 s beside it at
-# nice 0). The same function, config, seed and thread count as in-process, so the same weights (SFT is
+# fixture waits for it there. In one process at the lowest priority (nice 19), so it takes the cycles the tests
+# leave idle instead of slowing the test beside it (a training fault test took 36 s alone and 174-233 s beside
+# it at nice 0); under xdist at nice 0: two busy workers leave too few idle cycles (at nice 19 the Ray study
+# test, 7 min into the run, waited 3 min for it). The same function, config, seed and thread count as in-process, so the same weights (SFT is
 # bit-reproducible given those, tests/test_reproducibility.py); PRL_TEST_WARM_INLINE=1 builds it in-process
 # instead. Under pytest-xdist one build serves every worker: the first worker to create ``builder`` in the
 # run's shared temporary directory starts it, the others wait for its ``rc`` file.
 _WARM_CODE = """
 import json, os, sys, traceback
-os.nice(19)
+os.nice(int(sys.argv[3]))
 from pathlib import Path
 base = Path(sys.argv[1])
 rc = 1
@@ -175,7 +176,8 @@ def pytest_collection_finish(session):
     except FileExistsError:
         return  # another worker builds it
     with (base / "sft.log").open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-c", _WARM_CODE, str(base), json.dumps(dataclasses.asdict(WARM_SFT))],
+        proc = subprocess.Popen([sys.executable, "-c", _WARM_CODE, str(base), json.dumps(dataclasses.asdict(WARM_SFT)),
+                                 "0" if WORKER else "19"],
                                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
     (base / "pid").write_text(str(proc.pid))
     _WARM_BG["proc"] = proc

@@ -842,6 +842,20 @@ class _Browser:
         time.sleep(0.5)
         return self.driver.find_element(By.TAG_NAME, "body").text
 
+    def until_text(self, text: str, timeout_s: float = 60) -> str:
+        """Wait until the page shows ``text`` (a rerun that a click starts may begin later than :meth:`settled`'s
+        first second on a loaded machine); the page's text then. Times out with the page's text."""
+        from selenium.common.exceptions import TimeoutException
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        try:
+            WebDriverWait(self.driver, timeout_s).until(
+                lambda d: text in d.find_element(By.TAG_NAME, "body").text)
+        except TimeoutException:
+            pass  # the caller's assertion shows the page
+        return self.settled()
+
     def open_page(self, path: str, title: str, screenshot: str | None = None) -> str:
         """Load a page and wait until its main area's heading is ``title`` (the sidebar lists every title)."""
         from selenium.webdriver.common.by import By
@@ -1024,7 +1038,7 @@ def test_real_browser_on_a_store_of_imports(db_outside):
                      if x.text.startswith("confirmed")))
         b.settled()
         b.click(next(x for x in b.driver.find_elements(By.TAG_NAME, "button") if x.text == "save judgement"))
-        assert "Saved: confirmed" in b.settled()
+        assert "Saved: confirmed" in b.until_text("Saved: confirmed")
         b.open_page(f"failures?runs={R1ZERO_RUN}", "Failures")  # a fresh page reads it from the store
         box = next(x for x in b.driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSelectbox']")
                    if x.text.startswith("open a case"))

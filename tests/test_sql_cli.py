@@ -70,3 +70,37 @@ def test_cli_formats(db):
     r = subprocess.run([sys.executable, "-m", "prl_cli", "sql", "--db", str(db), "drop table samples"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2 and "error: sql:" in r.stderr
+
+
+def test_ctrl_c_inside_a_query_is_the_interrupt_not_a_timeout(db):
+    """Ctrl-C while DuckDB runs the query: DuckDB turns the KeyboardInterrupt into `RuntimeError: Query interrupted`
+    (which `prl sql` also gets from its own timeout); the command still reports the Ctrl-C: one line, exit 130, at
+    once (DuckDB waits for the query's running task unless the connection is interrupted: before
+    prl.store.readonly.interrupted_by_ctrl_c, this query ran on after the Ctrl-C, 4 of 6 times). Found when a Ctrl-C
+    landed inside `prl eval`'s store write: a traceback instead of the line."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    long = "select count(*) from range(1000000000000) a"  # hours of work
+    proc = subprocess.Popen([sys.executable, "-m", "prl_cli", "sql", "--db", str(db), "--timeout-s", "300", long],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ps = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:  # inside the query: its threads are computing
+            t = ps.cpu_times()
+            if t.user + t.system > 3.0:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.stderr.read()
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == ["interrupted (rerun the same command to resume)"], err
