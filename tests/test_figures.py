@@ -437,6 +437,24 @@ def test_a_change_to_a_measured_path_after_the_recorded_commit_fails_the_check(r
     assert "bench/x.py" in _stale(repo)[0][0]  # the script is part of what it measured
 
 
+def test_only_the_record_being_rewritten_is_exempt_while_the_suite_runs(repo, monkeypatch):
+    _record(repo)
+    _commit(repo, {"pkg/mod.py": "X = 4\n"}, "change the measured module")
+    assert _stale(repo)[0]
+    monkeypatch.setenv(render.RECORDING_ENV, "other, names")  # another record being rewritten: x is still judged
+    assert _stale(repo)[0]
+    monkeypatch.setenv(render.RECORDING_ENV, "x")
+    assert _stale(repo) == ([], ["bench/results/x.json: being re-recorded by the run under way (PRL_RECORDING); "
+                                 "not judged here"])
+    sys.path.insert(0, str(BENCH))
+    try:
+        suite = _load("suite")
+    finally:
+        sys.path.remove(str(BENCH))
+    env = suite.pytest_env({"PYTEST_ADDOPTS": "-x", "HOME": "/h"}, Path("/tmp/cpu.jsonl"))
+    assert env == {"HOME": "/h", "PRL_TEST_CPU_LOG": "/tmp/cpu.jsonl", render.RECORDING_ENV: "suite"}
+
+
 def test_a_recorded_commit_that_is_not_an_ancestor_is_judged_by_content(repo):
     _git(repo, "checkout", "-q", "-b", "side")
     _commit(repo, {"docs/notes.md": "on a side branch\n"}, "side")
