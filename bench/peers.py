@@ -653,8 +653,6 @@ def main() -> int:
     torch.set_num_threads(2)
     path = ROOT / "bench" / "results" / "peers.json"
     doc = json.loads(path.read_text()) if path.exists() else {}
-    measured = PARTS if args.part == "all" else (args.part,)
-    doc = {k: v for k, v in doc.items() if k not in measured}  # a part re-measured here replaces the old one whole
     doc["machine"] = machine_info()
     ok = True
     if args.part in ("advantages", "all"):
