@@ -1486,8 +1486,6 @@ def check(root: Path = ROOT, results_dir: Path = RESULTS, stale: bool = True) ->
 # --- provenance: figures of code that changed since they were recorded ----------------------------
 
 NOT_YET_RECORDED: dict[str, str] = {
-    "demo": "bench/demo.py now measures a fresh clone, its install, `prl demo` and the dashboard's first page in Chromium; not re-recorded since (~30 min on a quiet machine, `python bench/demo.py`); the figure shown is the older data → report span, labelled so",
-    "peers": "needs the peers' environments under bench/.envs/ (verl, TRL, lighteval), not on the machine of this branch",
     "study": "`prl study` on the embedded config, ~55 min: re-recorded on a quiet machine (`python bench/study.py`)",
 }
 """Results files recorded before results files carried their provenance (issue 28), each with why it has
