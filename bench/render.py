@@ -1485,9 +1485,7 @@ def check(root: Path = ROOT, results_dir: Path = RESULTS, stale: bool = True) ->
 
 # --- provenance: figures of code that changed since they were recorded ----------------------------
 
-NOT_YET_RECORDED: dict[str, str] = {
-    "study": "`prl study` on the embedded config, ~55 min: re-recorded on a quiet machine (`python bench/study.py`)",
-}
+NOT_YET_RECORDED: dict[str, str] = {}
 """Results files recorded before results files carried their provenance (issue 28), each with why it has
 not been re-recorded yet. They are exempt from :func:`stale_results` until re-recorded; a listed file
 that has a provenance fails the check (take it off this list), and an unlisted file without one fails.
