@@ -20,8 +20,13 @@ from ._checks import (
     require_choice, require_eta, require_float, require_group_ids, require_mask, require_rollout_batch,
 )
 from .boundaries import StepSplit, parse_split, step_boundaries
+from .divergences import DEFAULT_DIVERGENCE, get_divergence, token_values
 
 ORDERS = ("advantage_first", "process_first")
+STEP_VALUES = ("end", "start")
+"""Where a step's return-to-go is read (docs/architecture.md §PRL v1 and FRPO v2, term by term): ``end``, at the
+step's last token (PRL v1 and the authors' code: S_{i,e}), or ``start``, at its first token (FRPO: S_{i,s}, the
+whole step's future; in expectation the exact gradient of the token-wise regulariser)."""
 
 
 # ─── group statistics ───────────────────────────────────────────────────────────────
@@ -223,6 +228,8 @@ def prl_advantages(
     order: str = "advantage_first",
     normalize_std: bool = True,
     eps: float = 1e-6,
+    divergence: str = DEFAULT_DIVERGENCE,
+    step_value: str = "end",
 ) -> torch.Tensor:
     """PRL token weights ρ (docs/architecture.md §Advantages and ρ).
 
@@ -250,13 +257,24 @@ def prl_advantages(
         order: ``"advantage_first"`` or ``"process_first"``.
         normalize_std: divide by the group std (False: Dr.GRPO-style centering only).
         eps: added to the std.
+        divergence: the token-wise regulariser f (:mod:`prl_core.divergences`): k_t above becomes
+            f(u_t), u_t = π_ref/π_old of the sampled token, and S its return-to-go Σ_{j≥t} f(u_j).
+            ``reverse_kl`` (f = −log u, so f(u_t) = k_t) is PRL itself, computed on the same path bit for bit.
+        step_value: ``end`` (PRL v1: a step's tokens carry the value at its last token) or ``start`` (FRPO:
+            the value at its first token, S over the whole step; advantage first only). Token level: the same.
 
     Returns:
         (B, T) weights in the dtype of ``logp_old``, zero outside ``mask``; every token of a
-        segment carries the value at the segment's boundary. No gradient flows through it.
+        segment carries the value at the segment's boundary (``start``: at its first token). No
+        gradient flows through it.
     """
     eta = require_eta(eta)
     order = require_choice("order", order, ORDERS)
+    step_value = require_choice("step_value", step_value, STEP_VALUES)
+    div = get_divergence(divergence)
+    if step_value == "start" and order != "advantage_first":
+        raise ValueError("step_value: 'start' (FRPO) is defined after advantage construction: use "
+                         "order='advantage_first'")
     rewards, mask = require_rollout_batch(rewards, logp_old, logp_ref, mask)
     B = rewards.shape[0]
     group, n_groups = _dense_groups(require_group_ids("group_ids", group_ids, B))
@@ -266,6 +284,9 @@ def prl_advantages(
     # round badly); the result is cast back to logp_old's dtype at the end.
     work = _stat_dtype(torch.promote_types(logp_old.dtype, logp_ref.dtype))
     old_w, ref_w = logp_old.detach().to(work), logp_ref.detach().to(work)
+    if div.name != "reverse_kl" and not math.isinf(eta):
+        # f(u_t) in the place of k_t = log π_old − log π_ref: the same suffix machinery over (f(u), 0)
+        old_w, ref_w = token_values(old_w, ref_w, div.name), torch.zeros_like(old_w)
     rewards = rewards.detach().to(_stat_dtype(rewards.dtype))
     if T == 0:
         if isinstance(boundaries, (str, StepSplit)):
@@ -306,7 +327,14 @@ def prl_advantages(
             # ρ = A − (Σ − E)/η = (A − Σ/η) + E/η, in place on the prefix buffer
             row_const = (adv - total / eta).unsqueeze(1)
             return excl.mul_(1.0 / eta).add_(row_const).mul_(mask_f).to(out_dtype)
-        at_b = adv[pos // T] - kl_to_go_at(pos)
+        if step_value == "end":
+            at_b = adv[pos // T] - kl_to_go_at(pos)
+        else:  # S at each step's first token: the row total minus the inclusive prefix at the previous boundary
+            row = pos // T
+            incl = excl.reshape(-1)[pos] + ((old_w - ref_w) * mask_f).reshape(-1)[pos]
+            before = torch.cat([incl.new_zeros(1), incl[:-1]])
+            first = torch.cat([torch.ones(1, dtype=torch.bool, device=row.device), row[1:] != row[:-1]])
+            at_b = adv[row] - (total[row] - torch.where(first, 0.0, before)) / eta
         return _fill(at_b, pos, boundaries, mask, out=excl, mask_f=mask_f).to(out_dtype)
 
     # process first: per-boundary returns, normalized over the group's boundary values.
@@ -318,6 +346,45 @@ def prl_advantages(
     r = rewards[row] if excl is None else rewards[row] - kl_to_go_at(pos)
     normed = _group_normalize(r, group[row], n_groups, normalize_std=normalize_std, eps=eps)
     return _fill(normed, pos, boundaries, mask, out=excl, mask_f=mask_f).to(out_dtype)
+
+
+@torch.no_grad()
+def fused_kl_advantages(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    logp_old: torch.Tensor,
+    logp_ref: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eta: float,
+    divergence: str = DEFAULT_DIVERGENCE,
+    normalize_std: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """The regulariser fused into the reward *before* group normalisation (the variant arXiv 2601.10201v2 argues
+    against; docs/architecture.md §The comparison arms): R'_i = R_i − (1/η) Σ_t f(u_{i,t}), then the GRPO
+    advantage of R' broadcast over the response.
+
+    Args: as :func:`prl_advantages` (no steps, no order). ``eta=math.inf`` returns GRPO's advantage exactly.
+
+    Returns:
+        (B, T) in the dtype of ``logp_old``, zero outside ``mask``; every token of a response carries its A'_i.
+    """
+    eta = require_eta(eta)
+    get_divergence(divergence)
+    rewards, mask = require_rollout_batch(rewards, logp_old, logp_ref, mask)
+    group, n_groups = _dense_groups(require_group_ids("group_ids", group_ids, rewards.shape[0]))
+    rewards = rewards.detach().to(_stat_dtype(rewards.dtype))
+    if not math.isinf(eta) and mask.shape[1]:
+        work = _stat_dtype(torch.promote_types(logp_old.dtype, logp_ref.dtype))
+        values = token_values(logp_old.detach().to(work), logp_ref.detach().to(work), divergence)
+        bad = mask & ~torch.isfinite(values)
+        if bool(bad.any()):
+            b, j = (int(i) for i in torch.nonzero(bad)[0])
+            raise ValueError(f"logp_old, logp_ref: non-finite regulariser value at response token (row {b}, column {j})")
+        rewards = rewards.to(work) - torch.where(mask, values, 0.0).sum(-1) / eta
+    adv = _group_normalize(rewards, group, n_groups, normalize_std=normalize_std, eps=eps) if rewards.numel() else rewards
+    return torch.where(mask, adv.to(logp_old.dtype).unsqueeze(1), 0.0).to(logp_old.dtype)
 
 
 def _exclusive_prefix(logp_old: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor, originals):

@@ -23,13 +23,15 @@ class AlgorithmConfig:
     """How advantages and the policy loss are computed (docs/architecture.md §The PRL math). Paper defaults: Table 6."""
 
     estimator: str = "prl"
-    """Advantage estimator: 'grpo', 'dr_grpo' (no std division), 'prl' or 'raft' (SFT on correct samples)."""
+    """Advantage estimator: 'grpo', 'dr_grpo', 'prl' (paper v1), 'frpo' (v2), 'grpo_fused_kl' or 'raft' (prl_core.estimators)."""
     eta: float | None = None
-    """PRL only: inverse KL strength η (> 0; KL coefficient 1/η; 'inf' = GRPO). Required for 'prl'."""
+    """prl, frpo, grpo_fused_kl: inverse regulariser strength η (> 0; coefficient 1/η; 'inf' = GRPO). Required."""
     step_split: str | None = None
-    """PRL only: 'token' (default), 'fixed:N' or 'text:<delimiter>' (e.g. 'text:\\n\\n')."""
+    """prl, frpo: 'token' (default), 'fixed:N' or 'text:<delimiter>' such as 'text:\\n\\n'."""
     order: str | None = None
-    """PRL only: 'advantage_first' (default, the paper's main setting) or 'process_first'."""
+    """prl only: 'advantage_first' (default, the paper's main setting) or 'process_first'."""
+    divergence: str | None = None
+    """prl, frpo, grpo_fused_kl: the token-wise f-divergence: 'reverse_kl' (default), 'forward_kl', 'chi2' or 'js'."""
     normalize_std: bool | None = None
     """Divide group-centred rewards by the group std (default: True, except False for 'dr_grpo')."""
     eps: float = 1e-6
@@ -47,9 +49,15 @@ class AlgorithmConfig:
     kl_loss_coef: float = 0.0
     """Extra KL-to-reference loss coefficient (0 in Table 6; PRL's KL already lives in ρ)."""
     kl_estimator: str = "k3"
-    """Estimator for the extra KL loss and the logged KL: 'k1', 'k2' or 'k3'."""
+    """Estimator of the loss-side KL penalty (kl_loss_coef): 'k1', 'k2' or 'k3' (actor/kl_ref is always k3)."""
     raft_threshold: float = 1.0
     """RAFT only: a response with reward >= this counts as correct and is kept."""
+    rollout_is: str = "tis"
+    """Correction by the engine's sampled log-probs μ: 'tis' (weight min(π_old/μ, cap)), 'mis' (0 outside [1/cap, cap]), 'off'."""
+    rollout_is_level: str = "token"
+    """'token' (each token's ratio, as verl and Yao et al.'s TIS) or 'sequence' (the response's product of ratios)."""
+    rollout_is_cap: float = 2.0
+    """The cap C of rollout_is (> 1): truncation at C ('tis') or the kept range [1/C, C] ('mis')."""
 
     def __post_init__(self) -> None:
         self._validate()
@@ -60,38 +68,54 @@ class AlgorithmConfig:
         # (`prl --help` must not load torch).
         from .advantages import ORDERS
         from .boundaries import parse_split
-        from .estimators import ESTIMATORS, estimator_names, group_size_error
+        from .divergences import DEFAULT_DIVERGENCE, DIVERGENCES
+        from .estimators import ESTIMATOR_KEYS, ESTIMATORS, estimator_names, group_size_error, readers_of
         from .losses import AGGREGATIONS, KL_ESTIMATORS
+        from .offpolicy import IS_LEVELS, IS_MODES
 
         for f in fields(self):
             _check_type(f.name, getattr(self, f.name), f.type)
-        for name in ("eps", "clip_low", "clip_high", "kl_loss_coef", "raft_threshold"):
+        for name in ("eps", "clip_low", "clip_high", "kl_loss_coef", "raft_threshold", "rollout_is_cap"):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"{name}: must be a finite number, got {getattr(self, name)}")
         if self.estimator not in ESTIMATORS:
             raise ConfigError(f"estimator: unknown {self.estimator!r}; choose one of {', '.join(estimator_names())}")
         est = ESTIMATORS[self.estimator]
-        foreign = [k for other in ESTIMATORS.values() if other is not est for k in other.keys if k not in est.keys]
-        given = [k for k in dict.fromkeys(foreign) if getattr(self, k) is not None]
+        given = [k for k in ESTIMATOR_KEYS if k not in est.keys and getattr(self, k) is not None]
         if given:
+            users = sorted({e for k in given for e in readers_of(k)}, key=list(ESTIMATORS).index)
             raise ConfigError(
-                f"{', '.join(given)}: only used by the PRL estimator, but estimator is {self.estimator!r}. "
-                f"Set estimator: prl to train PRL, or remove {', '.join(given)} to train {self.estimator}."
+                f"{', '.join(given)}: only used by the {', '.join(users)} estimator{'s' if len(users) > 1 else ''}, but "
+                f"estimator is {self.estimator!r}. Set estimator: {users[0]} to train it, or remove {', '.join(given)} "
+                f"to train {self.estimator}."
             )
-        if self.estimator == "prl":
+        if "eta" in est.keys:
             if self.eta is None:
                 raise ConfigError(
-                    "eta: required when estimator is 'prl' (inverse KL strength; the paper uses 100-300 for "
-                    "responses up to 3,072 tokens: choose it relative to response length, 'inf' reproduces GRPO)"
+                    f"eta: required when estimator is {self.estimator!r} (inverse KL strength; the paper uses 100-300 "
+                    "for responses up to 3,072 tokens: choose it relative to response length, 'inf' reproduces GRPO)"
                 )
             self.eta = _as_eta(self.eta)
+        if "step_split" in est.keys:
             try:
                 self.step_split = str(parse_split(self.step_split if self.step_split is not None else "token"))
             except ValueError as e:
                 raise ConfigError("step_split: " + str(e).removeprefix("split: ")) from None
+        if "order" in est.keys:
             self.order = self.order or ORDERS[0]
             if self.order not in ORDERS:
                 raise ConfigError(f"order: expected {' or '.join(map(repr, ORDERS))}, got {self.order!r}")
+        if "divergence" in est.keys:
+            self.divergence = self.divergence or DEFAULT_DIVERGENCE
+            if self.divergence not in DIVERGENCES:
+                raise ConfigError(f"divergence: expected one of {', '.join(DIVERGENCES)}, got {self.divergence!r}")
+        if self.rollout_is not in IS_MODES:
+            raise ConfigError(f"rollout_is: expected one of {', '.join(IS_MODES)}, got {self.rollout_is!r}")
+        if self.rollout_is_level not in IS_LEVELS:
+            raise ConfigError(f"rollout_is_level: expected one of {', '.join(IS_LEVELS)}, got {self.rollout_is_level!r}")
+        if not self.rollout_is_cap > 1.0:
+            raise ConfigError(f"rollout_is_cap: must be > 1 (the truncation cap / the kept range [1/C, C]), got "
+                              f"{self.rollout_is_cap} (verl and TRL use 2)")
         if est.normalize_std is not None:
             if self.normalize_std is not None and self.normalize_std != est.normalize_std:
                 raise ConfigError(

@@ -61,6 +61,7 @@ def ppo_clip_loss(
     logits: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     norm: float | None = None,
+    is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate with an asymmetric range and dual clip on negative advantages.
 
@@ -80,6 +81,9 @@ def ppo_clip_loss(
         entropy: optional (B, T) per-token entropies already computed (e.g. by
             :func:`prl_core.logprobs.token_logprobs`, without the full logits); adds ``actor/entropy``.
         norm: the mini-batch's count for :func:`aggregate` when this batch is one of its micro-batches.
+        is_weights: optional (B, T) off-policy weights of the rollout correction
+            (:func:`prl_core.offpolicy.rollout_is_weights`, detached); each token's clipped loss is multiplied by
+            its weight before aggregation (as verl and TRL do). Weights of exactly 1 leave the loss bit for bit.
 
     Returns:
         ``(loss, metrics)``: a scalar loss and detached scalar metrics — ``actor/pg_loss``,
@@ -116,6 +120,8 @@ def ppo_clip_loss(
         negative = advantages < 0
         dual_active = negative & (pg > cap)
         pg = torch.where(negative, torch.minimum(pg, cap), pg)
+    if is_weights is not None:
+        pg = pg * torch.where(mask, _masked_float("is_weights", is_weights, mask).detach(), 0.0)
     loss = aggregate(pg, mask, agg, norm=norm)
 
     with torch.no_grad():

@@ -25,8 +25,13 @@ def batch():
 
 
 def test_registry_names_and_losses():
-    assert set(ESTIMATORS) == {"grpo", "dr_grpo", "prl", "raft"}
+    assert list(ESTIMATORS) == ["grpo", "dr_grpo", "prl", "frpo", "grpo_fused_kl", "raft"]
     assert get_estimator("raft").loss == "sft" and get_estimator("prl").loss == "ppo"
+    assert get_estimator("frpo").loss == "ppo" and get_estimator("frpo").step_value == "start"
+    assert get_estimator("prl").step_value == "end" and get_estimator("grpo").step_value is None
+    assert "v2" in get_estimator("frpo").source and "v1" in get_estimator("prl").source
+    for e in ESTIMATORS.values():  # every entry says what it is and where it comes from
+        assert e.summary and e.source, e.name
     with pytest.raises(ValueError, match="estimator: unknown 'foo'"):
         get_estimator("foo")
 
