@@ -13,7 +13,7 @@ from pathlib import Path
 from prl.generation.engines.base import check_model_dir, looks_like_hub_id
 from prl import log_routing
 from prl.options import add_config_arguments, option
-from prl.training.config import add_run_arguments, run_config_from_args
+from prl.training.config import add_run_arguments, estimators_epilog, run_config_from_args
 from prl.training.memory import GPUS
 
 from prl_cli.common import OutputOptions, check_store, run_flow, show_progress
@@ -92,8 +92,12 @@ per phase) and per-segment S and rho into the store, a DeepSpeed checkpoint, and
 evaluations of the current policy (every rank generating a share) stored as eval runs linked to
 the step.
 
-The config file has an 'algorithm:' and a 'train:' section (configs/train/*.yaml); contradictory
-settings are refused before anything starts. --resume continues from the last checkpoint with
+The config file has an 'algorithm:' and a 'train:' section (configs/train/*.yaml) and optionally a
+'monitors:' one (alerts at the onsets of a run going wrong: entropy collapse, KL acceleration,
+reward hacking, all-equal groups, a mismatch-KL spike, NaN/inf; each a console line "[alert] ...",
+a train_alerts row and a marker on the dashboard; on_alert: stop ends the run cleanly after a
+checkpoint); contradictory settings are refused before anything starts. --estimator, --divergence,
+--eta ... override the file's algorithm (--estimator drops the keys the new estimator does not read). --resume continues from the last checkpoint with
 the same step count and data order. Several processes: deepspeed --num_gpus N --module prl.training.train --config FILE.
 
 --dry-run starts nothing: it resolves and prints what a run of the config needs: the DeepSpeed
@@ -107,10 +111,11 @@ prl downloads nothing). --format json prints the same plan as JSON.
 
 example:
   prl train --config configs/train/tiny_prl.yaml --db runs/store.duckdb --steps 20
+  prl train --config configs/train/tiny_prl.yaml --estimator frpo --divergence forward_kl --eta 20
   prl train --config configs/train/tiny_prl.yaml --resume
   prl train --config configs/train/paper_qwen2.5_math_1.5b.yaml --dry-run --gpus-per-node 4
   prl train --config configs/train/paper_qwen2.5_math_7b.yaml --dry-run --gpus-per-node 8 --device H100-80GB --format json
-""")
+""" + "\n" + estimators_epilog())
     add_run_arguments(p)  # the same options as the training script (prl.training.config)
     add_config_arguments(p, OutputOptions)
     add_config_arguments(p, DryRunOptions)

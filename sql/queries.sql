@@ -21,6 +21,17 @@ SELECT dataset, problem_id, sample_idx FROM samples WHERE run_id = $run_id;
 -- bulk insert of an Arrow table registered as incoming_rows (prl.store.Store.insert_rows)
 INSERT INTO train_metrics BY NAME SELECT * FROM incoming_rows ON CONFLICT DO NOTHING;
 
+-- name: insert_incoming_train_alerts
+-- bulk insert of an Arrow table registered as incoming_rows; an alert already stored (a resumed run) stays as it was
+INSERT INTO train_alerts BY NAME SELECT * FROM incoming_rows ON CONFLICT DO NOTHING;
+
+-- name: alerts_for_runs
+SELECT run_id, step, monitor, metric, value, threshold, message, action FROM train_alerts
+WHERE list_contains($run_ids, run_id) ORDER BY run_id, step, monitor;
+
+-- name: delete_alerts_after
+DELETE FROM train_alerts WHERE run_id = $run_id AND step > $step;
+
 -- name: dataset_metrics_for_run
 SELECT dataset, problems, n, average_at_n, pass_at_n FROM dataset_metrics WHERE run_id = $run_id ORDER BY dataset;
 
@@ -280,12 +291,27 @@ ORDER BY c.cell, c.seed, o.dataset, o.problem_id;
 
 -- name: study_train_curves
 -- Reward and KL-to-reference of every step of a study's training runs, one row per (cell, seed, step).
+-- The KL is actor/kl_ref (stores written before it was renamed hold it as kl/ref).
 SELECT c.cell, c.seed, m.step,
-       max(CASE WHEN m.name = 'reward/mean' THEN m.value END) AS reward,
-       max(CASE WHEN m.name = 'kl/ref' THEN m.value END)      AS kl
+       max(CASE WHEN m.name = 'reward/mean' THEN m.value END)                 AS reward,
+       max(CASE WHEN m.name IN ('actor/kl_ref', 'kl/ref') THEN m.value END)  AS kl
 FROM study_cells c JOIN train_metrics m ON m.run_id = c.train_run_id
-WHERE c.study_id = $study_id AND m.name IN ('reward/mean', 'kl/ref')
+WHERE c.study_id = $study_id AND m.name IN ('reward/mean', 'actor/kl_ref', 'kl/ref')
 GROUP BY c.cell, c.seed, m.step ORDER BY c.cell, c.seed, m.step;
+
+-- name: study_run_metrics
+-- Per finished (cell, seed): each named heldout/ metric at its training run's last step that has it (the final
+-- evaluation), and each other named metric's mean over the run's last 10 steps (claims of a study's report).
+WITH m AS (
+    SELECT c.cell, c.seed, t.step, t.name, t.value,
+           max(t.step) OVER (PARTITION BY c.cell, c.seed, t.name) AS last_step
+    FROM study_cells c JOIN train_metrics t ON t.run_id = c.train_run_id
+    WHERE c.study_id = $study_id AND c.status = 'finished' AND list_contains($names, t.name)
+)
+SELECT cell, seed, name,
+       CASE WHEN name LIKE 'heldout/%' THEN max(CASE WHEN step = last_step THEN value END)
+            ELSE avg(CASE WHEN step > last_step - 10 THEN value END) END AS value
+FROM m GROUP BY cell, seed, name ORDER BY cell, seed, name;
 
 -- name: study_cell_status
 SELECT status FROM study_cells WHERE study_id = $study_id AND cell = $cell AND seed = $seed;

@@ -6,7 +6,7 @@ CREATE TABLE IF NOT EXISTS runs (
     kind        VARCHAR NOT NULL,            -- 'eval' | 'train' | 'reference' | 'imported' (another tool's generations) | 'rescore'
     model       VARCHAR,
     created_at  TIMESTAMP NOT NULL DEFAULT current_timestamp,
-    status      VARCHAR NOT NULL,            -- 'running' | 'finished' | 'failed'
+    status      VARCHAR NOT NULL,            -- 'running' | 'finished' | 'failed' | 'stopped' (by a monitor)
     config      JSON,
     manifest    JSON,                        -- git commit/dirty, packages, engine, sampling, template hash, seed
     parent_run_id VARCHAR,                   -- eval runs made during training point at the training run
@@ -58,9 +58,21 @@ ALTER TABLE samples ADD COLUMN IF NOT EXISTS source_ref VARCHAR;
 CREATE TABLE IF NOT EXISTS train_metrics (
     run_id VARCHAR NOT NULL,
     step   INTEGER NOT NULL,
-    name   VARCHAR NOT NULL,                 -- namespaced: reward/mean, kl/ref, actor/clipfrac, prl/rho_mean ...
+    name   VARCHAR NOT NULL,                 -- namespaced: reward/mean, actor/kl_ref, actor/clipfrac, prl/rho_mean ...
     value  DOUBLE,
     PRIMARY KEY (run_id, step, name)
+);
+
+CREATE TABLE IF NOT EXISTS train_alerts (     -- what a run's online monitors fired (prl/training/monitors.py)
+    run_id     VARCHAR NOT NULL,
+    step       INTEGER NOT NULL,                -- the step at whose end the monitor's condition began to hold
+    monitor    VARCHAR NOT NULL,                -- entropy_collapse | kl_acceleration | reward_hacking | ...
+    metric     VARCHAR NOT NULL,                -- the metric it read (train_metrics.name)
+    value      DOUBLE,                          -- that metric's reading (NULL: not finite)
+    threshold  DOUBLE,                          -- what the reading crossed (NULL: nonfinite)
+    message    VARCHAR NOT NULL,
+    action     VARCHAR NOT NULL,                -- 'warn' (the run went on) | 'stop' (the run stopped after it)
+    PRIMARY KEY (run_id, step, monitor)
 );
 
 CREATE TABLE IF NOT EXISTS prl_segments (

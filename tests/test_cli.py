@@ -40,7 +40,7 @@ def test_config_check_reports_the_fix(tmp_path):
     bad.write_text("algorithm:\n  estimator: grpo\n  step_split: fixed:256\n")
     r = run("config", "check", str(bad))
     assert r.returncode == 2
-    assert "bad.yaml: step_split: only used by the PRL estimator" in r.stderr
+    assert "bad.yaml: step_split: only used by the prl, frpo estimators" in r.stderr
     r = run("config", "check", "configs/algorithm/prl.yaml")
     assert r.returncode == 0 and '"step_split": "fixed:256"' in r.stdout
 

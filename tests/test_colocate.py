@@ -104,7 +104,7 @@ def test_weights_reach_every_engine_from_memory_after_every_update(two_ranks):
     assert two_ranks["manifest"]["weight_sync"] == "memory" and two_ranks["manifest"]["world_size"] == 2
     # step 2 was sampled after the first update (the policy has left the reference: the trainer sees it), and
     # each engine's log-probs of its own samples equal the trainer's recomputation: it held the new weights
-    assert m[2]["kl/ref"] != 0.0
+    assert m[2]["actor/kl_ref"] != 0.0
     tolerance = 1e-3 if two_ranks["manifest"]["config"]["train"]["dtype"] == "float32" else 0.1
     for step, values in m.items():
         assert values["rollout/logprob_diff_max"] < tolerance, (step, values["rollout/logprob_diff_max"])

@@ -24,8 +24,8 @@ def test_prl_defaults_resolve():
 @pytest.mark.parametrize(
     "kwargs, pattern",
     [
-        (dict(estimator="grpo", step_split="fixed:256"), r"step_split: only used by the PRL estimator.*Set estimator: prl"),
-        (dict(estimator="raft", eta=100), r"eta: only used by the PRL estimator"),
+        (dict(estimator="grpo", step_split="fixed:256"), r"step_split: only used by the prl, frpo estimators.*Set estimator: prl"),
+        (dict(estimator="raft", eta=100), r"eta: only used by the prl, frpo, grpo_fused_kl estimators"),
         (dict(estimator="grpo", order="process_first"), r"order: only used"),
         (dict(estimator="prl"), r"eta: required when estimator is 'prl'"),
         (dict(eta=0), r"eta: must be > 0"),
@@ -42,6 +42,15 @@ def test_prl_defaults_resolve():
         (dict(estimator="ppo"), r"estimator: unknown 'ppo'"),
         (dict(eta=100, loss_agg="sum"), r"loss_agg"),
         (dict(eta=100, kl_loss_coef=-1), r"kl_loss_coef"),
+        (dict(estimator="grpo", divergence="forward_kl"), r"divergence: only used by the prl, frpo, grpo_fused_kl"),
+        (dict(estimator="frpo", eta=10, order="process_first"), r"order: only used by the prl estimator.*Set estimator: prl"),
+        (dict(estimator="frpo"), r"eta: required when estimator is 'frpo'"),
+        (dict(estimator="grpo_fused_kl"), r"eta: required when estimator is 'grpo_fused_kl'"),
+        (dict(estimator="frpo", eta=10, divergence="kl"), r"divergence: expected one of reverse_kl, forward_kl, chi2, js"),
+        (dict(eta=10, rollout_is="is"), r"rollout_is: expected one of tis, mis, off"),
+        (dict(eta=10, rollout_is_level="group"), r"rollout_is_level: expected one of token, sequence"),
+        (dict(eta=10, rollout_is_cap=1.0), r"rollout_is_cap: must be > 1"),
+        (dict(eta=10, rollout_is_cap=float("inf")), r"rollout_is_cap: must be a finite number"),
     ],
 )
 def test_invalid_combinations_explain_the_fix(kwargs, pattern):
@@ -69,7 +78,7 @@ def test_yaml_errors_name_file_line_and_key(tmp_path):
     with pytest.raises(ConfigError, match=r"bad\.yaml:\d+: invalid YAML"):
         load_algorithm_config(bad)
     bad.write_text("algorithm:\n  estimator: grpo\n  step_split: fixed:256\n")
-    with pytest.raises(ConfigError, match=r"bad\.yaml: step_split: only used by the PRL estimator"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml: step_split: only used by the prl, frpo estimators"):
         load_algorithm_config(bad)
     bad.write_text("algorithm:\n  estimator: prl\n  eta: 100\n  etta: 3\n")
     with pytest.raises(ConfigError, match=r"bad\.yaml: unknown key\(s\) etta"):
@@ -100,3 +109,25 @@ def test_to_dict_round_trips():
 def test_types_are_checked_in_code_too(kwargs, pattern):
     with pytest.raises(ConfigError, match=pattern):
         AlgorithmConfig(**kwargs)
+
+
+SHIPPED_ALGORITHMS = {"grpo": ("grpo", 0.0), "dr_grpo": ("dr_grpo", 0.0), "raft": ("raft", 0.0), "prl": ("prl", 0.0),
+                      "prl_process_first": ("prl", 0.0), "frpo": ("frpo", 0.0), "grpo_fused_kl": ("grpo_fused_kl", 0.0),
+                      "grpo_kl_k1": ("grpo", 0.05), "grpo_kl_k3": ("grpo", 0.05)}
+
+
+def test_every_shipped_algorithm_config_loads():
+    """configs/algorithm/*.yaml: the paper's settings and the comparison arms of paper v2 (docs/architecture.md §The
+    comparison arms), each a valid AlgorithmConfig of the estimator (and loss-side KL) its name says."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "algorithm"
+    assert {p.stem for p in root.glob("*.yaml")} == set(SHIPPED_ALGORITHMS)
+    for stem, (estimator, kl) in SHIPPED_ALGORITHMS.items():
+        path = root / f"{stem}.yaml"
+        cfg = AlgorithmConfig.from_dict(yaml.safe_load(path.read_text())["algorithm"], source=str(path))
+        assert (cfg.estimator, cfg.kl_loss_coef) == (estimator, kl), stem
+        if stem.startswith("grpo_kl_"):
+            assert cfg.kl_estimator == stem[-2:]
+        if estimator in ("prl", "frpo", "grpo_fused_kl"):
+            assert cfg.divergence == "reverse_kl" and cfg.eta > 0

@@ -125,7 +125,7 @@ def test_two_prl_steps_on_smollm2_move_the_weights_and_vllm_samples_from_them(sm
     assert moved > 1e-6, "training did not change the weights"
     # step 2 was sampled after the first update: the policy has left the reference (the trainer sees it),
     # and vLLM's log-probs of its own samples equal the trainer's recomputation, so vLLM held the new weights
-    assert m[2]["kl/ref"] != 0.0
+    assert m[2]["actor/kl_ref"] != 0.0
     assert m[2]["rollout/logprob_diff_max"] < 1e-3, m[2]
     assert m[1]["rollout/logprob_diff_max"] < 1e-3
 

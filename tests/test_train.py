@@ -26,10 +26,11 @@ from prl.training.config import RunConfig, TrainConfig, train_from_dict
 from prl_core.config import AlgorithmConfig, ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
-METRIC_NAMES_PPO = {"reward/mean", "reward/accuracy", "reward/all_equal_group_frac", "response/length", "kl/ref",
+METRIC_NAMES_PPO = {"reward/mean", "reward/accuracy", "reward/all_equal_group_frac", "response/length", "actor/kl_ref",
                     "prl/rho_mean", "prl/rho_std", "actor/loss", "actor/pg_loss", "actor/clipfrac", "actor/entropy",
                     "actor/approx_kl", "actor/grad_norm", "actor/lr", "time/generate", "time/verify",
-                    "time/logprobs", "time/update", "time/step"}
+                    "time/logprobs", "time/update", "time/step", "actor/drift", "actor/kl_ref_seq",
+                    "rollout/is_weight_mean", "rollout/is_weight_max", "rollout/is_clipped_frac", "rollout/mismatch_kl"}
 
 
 # ─── config ────────────────────────────────────────────────────────────────────────────────
@@ -248,7 +249,7 @@ def test_needs_reference_follows_the_estimator_the_kl_loss_and_the_metric():
     assert not t.needs_reference(AlgorithmConfig(estimator="raft", n_samples=4))
     assert t.needs_reference(AlgorithmConfig(estimator="prl", eta=10, step_split="token", n_samples=4))  # ρ reads it
     assert t.needs_reference(AlgorithmConfig(estimator="grpo", n_samples=4, kl_loss_coef=0.1))
-    assert TrainConfig(model="m").needs_reference(AlgorithmConfig(estimator="grpo", n_samples=4))  # kl/ref logged
+    assert TrainConfig(model="m").needs_reference(AlgorithmConfig(estimator="grpo", n_samples=4))  # actor/kl_ref logged
 
 
 # ─── real training ─────────────────────────────────────────────────────────────────────────────
@@ -326,7 +327,7 @@ def test_a_run_that_reads_no_reference_loads_none_and_logs_no_kl(tiny_model_dir,
     assert trainer.ref is None
     trainer.run()
     m = _metrics(str(tmp_path / "store.duckdb"), "noref")[1]
-    assert "kl/ref" not in m and {"reward/mean", "actor/loss", "actor/grad_norm"} <= set(m)
+    assert "actor/kl_ref" not in m and {"reward/mean", "actor/loss", "actor/grad_norm"} <= set(m)
     with Store(tmp_path / "store.duckdb", create=False).read() as con:
         assert con.execute("select count(*), count(kl_to_go) from prl_segments where run_id = 'noref'").fetchone()[1] == 0
 

@@ -76,6 +76,8 @@ ROW_COLUMNS = {
                      "start_tok": "int32", "end_tok": "int32", "kl_to_go": "float64", "rho": "float64"},
     "train_rollouts": {"run_id": "string", "step": "int32", "rollout_idx": "int32", "problem": "string",
                        "gold": "string", "response": "string", "reward": "float64", "tokens": "string"},
+    "train_alerts": {"run_id": "string", "step": "int32", "monitor": "string", "metric": "string", "value": "float64",
+                     "threshold": "float64", "message": "string", "action": "string"},
 }
 """The training tables :meth:`Store.insert_rows` writes in bulk: each column's Arrow type (JSON columns as text)."""
 

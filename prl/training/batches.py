@@ -49,6 +49,9 @@ class LogProbs:
     """Under the policy that sampled them (the policy before this step's update)."""
     ref: torch.Tensor | None
     """Under the frozen reference (None when the run loads none: :meth:`TrainConfig.needs_reference`)."""
+    is_weights: torch.Tensor | None = None
+    """The off-policy correction's per-token weights π_old/μ against the engine's own log-probs
+    (:func:`prl_core.offpolicy.rollout_is_weights`; None with ``algorithm.rollout_is: off``)."""
 
 
 @dataclass

@@ -16,6 +16,7 @@ from prl.data.synthetic import TRAIN_SIZE
 from prl.grading.verifier import VerifierSettings
 from prl.options import add_config_arguments, config_kwargs, include_fields, option
 from prl.store.db import DEFAULT_STORE
+from prl.training.monitors import MonitorConfig
 
 
 @dataclass
@@ -74,8 +75,8 @@ class TrainConfig:
     """Keep the frozen reference model on the CPU: its forward pass then runs on the CPU, hours per step at
     1.5 B (the dry run estimates it); under ZeRO-3 the reference is partitioned over the GPUs instead."""
     ref_kl_metric: bool = True
-    """Log kl/ref (the k3 KL to the reference) also when nothing else needs the reference: GRPO, Dr.GRPO and RAFT
-    without algorithm.kl_loss_coef. false: those runs load no reference and skip its forward pass."""
+    """Log actor/kl_ref and actor/drift (KL to the reference = the warm start) also when nothing else needs the
+    reference: GRPO, Dr.GRPO and RAFT without algorithm.kl_loss_coef. false: those runs skip its forward pass."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of keeping them (transformers'
     gradient checkpointing): activation memory of one layer boundary per layer, ~1.3x the update's compute."""
@@ -117,6 +118,12 @@ class TrainConfig:
     """Samples per problem in periodic evaluations."""
     eval_limit: int | None = 100
     """Problems per data set in periodic evaluations (None = all)."""
+    heldout_problems: int = 32
+    """At each evaluation, n_samples fresh responses to the first N problems of the first eval data set give
+    heldout/entropy, heldout/drift (KL from the warm start, per response) and heldout/kl_ref (0: none)."""
+    eval_k: tuple[int, ...] = ()
+    """The k of the unbiased pass@k that each in-training evaluation stores as eval/pass@k (each <= eval_n; empty:
+    1 and eval_n), beside eval/average (the independent task metric the monitors read)."""
     segments_per_step: int = 4
     """Rollouts per step whose per-segment S and ρ go to prl_segments."""
     threads: int | None = 2
@@ -134,7 +141,10 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 fail(name, f"expected an integer >= 1, got {v!r}")
-        for name in ("eval_every", "warmup_steps", "segments_per_step", "keep_exports"):
+        if not isinstance(self.eval_k, tuple) or any(isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.eval_n
+                                                     for k in self.eval_k):
+            fail("eval_k", f"expected integers in [1, eval_n={self.eval_n}], got {self.eval_k!r}")
+        for name in ("eval_every", "warmup_steps", "segments_per_step", "keep_exports", "heldout_problems"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 fail(name, f"expected an integer >= 0, got {v!r}")
@@ -189,7 +199,7 @@ class TrainConfig:
             fail("n_samples", f"{small} (algorithm.n_samples)")
 
     def needs_reference(self, algo: AlgorithmConfig) -> bool:
-        """Whether the run loads the frozen reference: its estimator reads it (PRL), a KL loss does, or kl/ref is
+        """Whether the run loads the frozen reference: its estimator reads it (PRL), a KL loss does, or actor/kl_ref is
         logged (``ref_kl_metric``)."""
         from prl_core.estimators import get_estimator
 
@@ -205,21 +215,43 @@ class RunConfig:
     """A training config file: the algorithm and the training loop."""
 
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """The estimator and its loss (prl_core.config)."""
     train: TrainConfig = field(default_factory=TrainConfig)
+    """The training loop."""
+    monitors: MonitorConfig = field(default_factory=MonitorConfig)
+    """What counts as the run going wrong and what to do then (prl.training.monitors)."""
+
+    SECTIONS = ("algorithm", "train", "monitors")
 
     @classmethod
-    def from_yaml(cls, path: str | Path, **overrides: Any) -> "RunConfig":
+    def from_yaml(cls, path: str | Path, *, algorithm: dict[str, Any] | None = None, **overrides: Any) -> "RunConfig":
+        """The file's sections with command-line ``overrides`` of train fields and ``algorithm`` ones (an
+        ``estimator`` given there drops the file's estimator-specific keys that it does not read)."""
         data = read_yaml(path)
-        if not isinstance(data, dict) or set(data) - {"algorithm", "train"}:
-            extra = sorted(set(data) - {"algorithm", "train"}) if isinstance(data, dict) else data
-            raise ConfigError(f"{path}: expected sections 'algorithm:' and 'train:', found {extra}")
-        algo = AlgorithmConfig.from_dict(data.get("algorithm") or {}, source=f"{path} algorithm")
+        if not isinstance(data, dict) or set(data) - set(cls.SECTIONS):
+            extra = sorted(set(data) - set(cls.SECTIONS)) if isinstance(data, dict) else data
+            raise ConfigError(f"{path}: expected sections 'algorithm:', 'train:' and optionally 'monitors:', "
+                              f"found {extra}")
+        algo_data = dict(data.get("algorithm") or {}) if isinstance(data.get("algorithm") or {}, dict) else data["algorithm"]
+        given = {k: v for k, v in (algorithm or {}).items() if v is not None}
+        if "estimator" in given and isinstance(algo_data, dict):
+            from prl_core.estimators import ESTIMATOR_KEYS, get_estimator
+
+            try:
+                reads = set(get_estimator(given["estimator"]).keys)
+            except ValueError as e:
+                raise ConfigError(f"--estimator: {e}") from None
+            algo_data = {k: v for k, v in algo_data.items() if k not in ESTIMATOR_KEYS or k in reads}
+        if isinstance(algo_data, dict):
+            algo_data.update(given)
+        algo = AlgorithmConfig.from_dict(algo_data, source=f"{path} algorithm")
         train = train_from_dict({**(data.get("train") or {}), **{k: v for k, v in overrides.items() if v is not None}},
                                 source=f"{path} train")
-        return cls(algo, train)
+        monitors = MonitorConfig.from_dict(data.get("monitors"), source=f"{path} monitors")
+        return cls(algo, train, monitors)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"algorithm": self.algorithm.to_dict(), "train": asdict(self.train)}
+        return {"algorithm": self.algorithm.to_dict(), "train": asdict(self.train), "monitors": self.monitors.to_dict()}
 
 
 def train_from_dict(data: dict[str, Any], *, source: str = "train") -> TrainConfig:
@@ -228,8 +260,9 @@ def train_from_dict(data: dict[str, Any], *, source: str = "train") -> TrainConf
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}")
     data = dict(data)
-    if "eval_datasets" in data and data["eval_datasets"] is not None:
-        data["eval_datasets"] = tuple(data["eval_datasets"])
+    for name in ("eval_datasets", "eval_k"):
+        if name in data and isinstance(data[name], (list, tuple)):
+            data[name] = tuple(data[name])
     if "lr" in data and isinstance(data["lr"], str):
         try:
             data["lr"] = float(data["lr"])
@@ -243,17 +276,40 @@ OVERRIDES = ("model", "db", "run_id", "out_dir", "steps")
 config file's (flags and help from the fields: one source for both)."""
 
 
+ALGORITHM_OVERRIDES = ("estimator", "divergence", "eta", "step_split", "order", "kl_loss_coef", "kl_estimator",
+                       "rollout_is", "rollout_is_cap")
+"""The AlgorithmConfig fields that `prl train` takes on the command line, over the config file's algorithm section
+(``--estimator`` drops the file's keys the new estimator does not read, as a study cell does)."""
+
+
 def add_run_arguments(parser) -> None:
     """The options `prl train` and ``python -m prl.training.train`` share: the config file, --resume
-    and the :data:`OVERRIDES` (every default: the config file's)."""
-    parser.add_argument("--config", required=True, help="YAML with algorithm: and train: sections")
+    and the :data:`OVERRIDES` and :data:`ALGORITHM_OVERRIDES` (every default: the config file's)."""
+    from prl_core.divergences import DIVERGENCES
+    from prl_core.estimators import estimator_names
+    from prl_core.offpolicy import IS_MODES
+
+    parser.add_argument("--config", required=True, help="YAML with algorithm:, train: and (optionally) monitors: "
+                        "sections")
     add_config_arguments(parser, TrainConfig, OVERRIDES, from_file=True, aliases={"out_dir": ("--out",)})
+    group = parser.add_argument_group("algorithm (over the config file's algorithm: section)")
+    add_config_arguments(group, AlgorithmConfig, ALGORITHM_OVERRIDES, from_file=True,
+                         choices={"estimator": estimator_names(), "divergence": tuple(DIVERGENCES),
+                                  "kl_estimator": ("k1", "k2", "k3"), "rollout_is": IS_MODES})
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the out directory")
+
+
+def estimators_epilog() -> str:
+    """The registered estimators, one line each (`prl train --help`)."""
+    from prl_core.estimators import ESTIMATORS
+
+    return "estimators:\n" + "\n".join(f"  {e.name:<14} {e.summary}" for e in ESTIMATORS.values())
 
 
 def run_config_from_args(args) -> RunConfig:
     """The run's config: the file named by --config with the options given on the command line."""
-    return RunConfig.from_yaml(args.config, **config_kwargs(args, TrainConfig, OVERRIDES))
+    return RunConfig.from_yaml(args.config, algorithm=config_kwargs(args, AlgorithmConfig, ALGORITHM_OVERRIDES),
+                               **config_kwargs(args, TrainConfig, OVERRIDES))
 
 
 @dataclass

@@ -16,9 +16,10 @@ Departures from the paper (Yao et al. 2026, Table 6 and the authors' verl script
    mean of its micro-batches' token-means, as in verl — not one token-mean over the whole
    mini-batch when micro-batches hold different numbers of tokens. With a token budget
    (``max_tokens_per_micro_batch``) the loss is the mini-batch's own token-mean instead.
-3. The KL to the reference that is *logged* (``kl/ref``) is the per-token mean of the k3
-   estimator under the rollout policy; PRL's own KL term lives in ρ (``prl_core``), and the
-   extra KL loss (``algorithm.kl_loss_coef``) is 0 as in Table 6.
+3. The KL to the reference that is *logged* (``actor/kl_ref``) is the per-token mean of the k3
+   estimator under the rollout policy (``actor/drift``: the response's summed k1, KL from the warm start);
+   PRL's own KL term lives in ρ (``prl_core``), and the extra KL loss (``algorithm.kl_loss_coef``) is 0 as in
+   Table 6.
 4. Sampling seeds are derived per (step, prompt) with vLLM and per (step, batch) with the HF engine; a
    resumed run redoes whole steps, so with either it draws the rollouts an uninterrupted run drew (measured
    bit for bit with both: tests/faults/test_kill_chains.py).
@@ -59,7 +60,9 @@ from tqdm.auto import tqdm
 from prl_core.advantages import suffix_sums
 from prl_core.config import ConfigError
 from prl_core.estimators import compute_advantages, get_estimator
-from prl_core.losses import kl_penalty, masked_mean, ppo_clip_loss, sft_loss
+from prl_core.losses import kl_penalty, masked_mean
+from prl_core.objective import surrogate_loss
+from prl_core.offpolicy import rollout_is_weights
 from prl_core.boundaries import parse_split, segment_bounds
 
 from prl import log_routing
@@ -82,6 +85,8 @@ from prl.training.batches import LogProbs, MicroBatch, Rollouts, micro_batch, pa
 from prl.training.config import RunConfig, TrainConfig, add_run_arguments, run_config_from_args
 from prl.training.forward import response_logprobs
 from prl.training.memory import PeakMeter, host_mmap_threshold
+from prl.training.monitors import Alert, alerts_at, should_stop
+from prl.evaluation.report import eval_metrics
 from prl.training.weight_sync import full_parameters, weight_groups
 
 SYNC_DIR = "policy"  # the latest policy weights as a Hugging Face directory (evaluations, the disk sync, users)
@@ -224,6 +229,11 @@ class Trainer:
         self._pending: list[tuple[int, dict[str, float], dict[str, list]]] = []  # steps since the last checkpoint
         self.pool: VerifierPool | None = None
         self.store = Store(self.train_cfg.db) if self.rank == 0 else None
+        self.monitors = cfg.monitors
+        self.history: list[dict[str, float]] = []  # rank 0: each finished step's metrics (evaluations merged in)
+        self._alerted: set[tuple[int, str]] = set()  # (step, monitor) already fired (and stored)
+        self.stopped_at: int | None = None  # the step after which a monitor stopped the run
+        self.monitor_seconds = 0.0  # wall time spent in the monitors (bench/monitors.py's cost ratio)
 
     def _sync_mode(self) -> str:
         """'memory' or 'disk': how :meth:`sync_weights` reaches this run's engine (disk only when asked for,
@@ -384,23 +394,15 @@ class Trainer:
 
     def _micro_loss(self, mb: MicroBatch, logprobs: LogProbs, rho: torch.Tensor, norm: float | None
                     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The estimator's surrogate on one micro-batch (:func:`prl_core.objective.surrogate_loss`: the policy
+        term weighted by the off-policy correction, the divergence's local term, the loss-side KL)."""
         T = mb.mask.shape[1]
         logp, entropy = self._logprobs(self.engine, mb, entropy=True)
         old, advantage = (x[mb.rows, :T].to(self.device) for x in (logprobs.old, rho))
-        mask = mb.mask.to(self.device)
-        if self.estimator.loss == "sft":  # RAFT: likelihood of the selected (correct) responses
-            loss = sft_loss(logp, mask & (advantage > 0), agg=self.algo.loss_agg, norm=norm)
-            metrics = {"actor/sft_loss": loss.detach(), "actor/entropy": masked_mean(entropy, mask)}
-        else:
-            loss, metrics = ppo_clip_loss(logp, old, advantage, mask, clip_low=self.algo.clip_low, clip_high=self.algo.clip_high,
-                                          dual_clip=self.algo.dual_clip, agg=self.algo.loss_agg, entropy=entropy,
-                                          norm=norm)
-        if self.algo.kl_loss_coef > 0:
-            ref = logprobs.ref[mb.rows, :T].to(self.device)
-            kl = masked_mean(kl_penalty(logp, ref, self.algo.kl_estimator), mask)
-            loss = loss + self.algo.kl_loss_coef * kl
-            metrics["actor/kl_loss"] = kl.detach()
-        metrics["actor/loss"] = loss.detach()
+        ref = logprobs.ref[mb.rows, :T].to(self.device) if logprobs.ref is not None else None
+        w = logprobs.is_weights[mb.rows, :T].to(self.device) if logprobs.is_weights is not None else None
+        loss, metrics = surrogate_loss(self.algo, logp, old, ref, advantage, mb.mask.to(self.device),
+                                       entropy=entropy, norm=norm, is_weights=w)
         return metrics, loss
 
     # ---- 3f. the engine's memory around the update, and the weight sync -----------------------
@@ -458,8 +460,12 @@ class Trainer:
         gap = (rollouts.rollout_logp - logprobs.old).abs()[mask]
         kl: dict[str, float] = {}
         if logprobs.ref is not None:
+            # the reference is the warm start (train.model): actor/kl_ref per token (k3, the loss-side convention),
+            # actor/drift per response (k1 summed: an unbiased estimate of the sequence KL(π ‖ π_0))
             k3 = kl_penalty(logprobs.old, logprobs.ref, "k3")
-            kl = {"kl/ref": float(masked_mean(k3, mask)), "kl/ref_seq_sum": float((k3 * mask).sum(1).mean())}
+            k1 = torch.where(mask, logprobs.old - logprobs.ref, 0.0)
+            kl = {"actor/kl_ref": float(masked_mean(k3, mask)), "actor/kl_ref_seq": float((k3 * mask).sum(1).mean()),
+                  "actor/drift": float(k1.sum(1).mean())}
         return {**verdicts, **kl,
                 "reward/mean": float(rollouts.rewards.mean()),
                 "reward/accuracy": float((rollouts.rewards >= 1.0).float().mean()),
@@ -515,8 +521,13 @@ class Trainer:
         logprobs = self.logprobs(rollouts)
         peaks["logprobs"] = meter.peak_gib()
         logprobs_at = time.perf_counter()
+        # the engine sampled from μ (its own weights and kernels), the update starts from π_old: weight by π_old/μ
+        logprobs.is_weights, is_metrics = rollout_is_weights(
+            logprobs.old, rollouts.rollout_logp, rollouts.mask, mode=self.algo.rollout_is,
+            level=self.algo.rollout_is_level, cap=self.algo.rollout_is_cap)
+        is_metrics["time/offpolicy"] = time.perf_counter() - logprobs_at  # the weights (their use: in the update)
         rho = self.advantages(rollouts, logprobs)
-        metrics = self.diagnostics(rollouts, logprobs, rho)
+        metrics = {**self.diagnostics(rollouts, logprobs, rho), **is_metrics}
         meter.start()
         metrics.update(self.update(rollouts, logprobs, rho))
         peaks["update"] = meter.peak_gib()
@@ -608,6 +619,7 @@ class Trainer:
             self._drop_rows_after(self.step_no)
             for step, metrics, segs in state.get("pending", []):
                 self.write_metrics(step, metrics, segs)
+            self.load_history()
         self.sync_weights()  # the engine started from train.model; give it the checkpoint's policy
         self.log(f"[train] resumed {self.run_id} from {path} after step {self.step_no}")
         if self.train_cfg.export_checkpoints and self._on_rank0(lambda: not (
@@ -635,7 +647,7 @@ class Trainer:
         if self.store is None:
             return
         with self.store.write() as con:
-            for q in ("delete_train_metrics_after", "delete_segments_after", "delete_rollouts_after"):
+            for q in ("delete_train_metrics_after", "delete_segments_after", "delete_rollouts_after", "delete_alerts_after"):
                 con.execute(self.store.q[q], {"run_id": self.run_id, "step": step})
 
     # ---- 3j. evaluation of the current policy, shared by the ranks ---------------------------------
@@ -656,9 +668,113 @@ class Trainer:
                          limit=self.train_cfg.eval_limit, max_tokens=self.train_cfg.max_tokens, temperature=1.0, seed=self.train_cfg.seed,
                          dtype=self.train_cfg.dtype, **asdict(VerifierSettings.of(self.train_cfg)), parent_run_id=self.run_id,
                          train_step=self.step_no)
-        return run_evaluation_across_ranks(cfg, engine=self.rollout_engine, pool=self.pool, rank=self.rank,
-                                           world=self.world, share=lambda obj: dist.broadcast(obj, self.world),
-                                           gather=lambda obj: dist.gather(obj, self.world), log=self.log)
+        summary = run_evaluation_across_ranks(cfg, engine=self.rollout_engine, pool=self.pool, rank=self.rank,
+                                              world=self.world, share=lambda obj: dist.broadcast(obj, self.world),
+                                              gather=lambda obj: dist.gather(obj, self.world), log=self.log)
+        heldout = self.heldout_diagnostics()
+        if self.store is not None:
+            self.record_evaluation(self.step_no, heldout)
+        return summary
+
+    @torch.no_grad()
+    def heldout_diagnostics(self) -> dict[str, float]:
+        """The current policy on held-out prompts (``train.heldout_problems`` of the first eval data set, this
+        rank's share, ``n_samples`` fresh responses each): ``heldout/entropy`` (mean per response token),
+        ``heldout/drift`` (Σ_t log π/π_0 per response: an unbiased estimate of the sequence KL(π ‖ π_0) from the
+        warm start, which is the reference) and ``heldout/kl_ref`` (k3 per token), averaged over ranks."""
+        t = self.train_cfg
+        if not (t.heldout_problems and t.eval_datasets):
+            return {}
+        problems, _ = load_dataset(t.eval_datasets[0])
+        problems = problems[:t.heldout_problems]
+        mine = problems[self.rank::self.world]
+        prompts = self.rollout_engine.build_prompts([p.problem for p in mine])
+        sampling = SamplingConfig(n=self.algo.n_samples, temperature=t.temperature, top_p=1.0, max_tokens=t.max_tokens,
+                                  seed=derive_seed(t.seed, "heldout", self.step_no), logprobs=True)
+        samples = self.rollout_engine.generate(prompts, sampling)
+        rollouts = Rollouts(**pack(self.rollout_engine.encode(prompts), samples, self.pad_id),
+                            group_ids=torch.tensor([s.prompt_index for s in samples], dtype=torch.long),
+                            rewards=torch.zeros(len(samples)), texts=[s.text for s in samples], golds=[""] * len(samples),
+                            prompt_index=[s.prompt_index for s in samples], verdicts=[""] * len(samples))
+        self.engine.module.eval()
+        tokens = ent_sum = k3_sum = drift_sum = 0.0
+        for mb in self.micro_batches(rollouts, torch.arange(len(rollouts))):
+            logp, ent = self._logprobs(self.engine, mb, entropy=True)
+            mask = mb.mask.to(logp.device)
+            tokens += float(mask.sum())
+            ent_sum += float((ent * mask).sum())
+            if self.ref is not None:
+                ref = self._logprobs(self.ref, mb)[0].to(logp.device)
+                k3_sum += float((kl_penalty(logp, ref, "k3") * mask).sum())
+                drift_sum += float(torch.where(mask, logp - ref, 0.0).sum())
+        out = {"heldout/entropy": ent_sum / max(tokens, 1.0)}
+        if self.ref is not None:
+            out.update({"heldout/kl_ref": k3_sum / max(tokens, 1.0), "heldout/drift": drift_sum / max(len(rollouts), 1)})
+        return dist.all_reduce_mean(out, self.world, self.device)
+
+    def record_evaluation(self, step: int, extra: dict[str, float] | None = None) -> dict[str, float]:
+        """The evaluation of ``step``'s policy as that step's ``eval/…`` train metrics (unbiased pass@k for
+        ``train.eval_k``, the average: :func:`prl.evaluation.report.eval_metrics`, the figures ``prl report``
+        gives the eval run), merged into the monitors' history. Rank 0."""
+        m = {**eval_metrics(self.store, exports.eval_run_id(self.run_id, step), self.train_cfg.eval_k), **(extra or {})}
+        self.store.insert_rows("train_metrics", [{"run_id": self.run_id, "step": step, "name": k, "value": v}
+                                                 for k, v in sorted(m.items())])
+        if 0 < step <= len(self.history):
+            self.history[step - 1].update(m)
+        return m
+
+    # ---- 3l. the monitors: alerts at the onsets of a run going wrong ----------------------------------
+
+    def load_history(self) -> None:
+        """Rank 0, on resume: the monitors' history of the finished steps from the store (evaluations that
+        finished but whose metrics were not stored yet are recorded now) and the alerts already stored."""
+        if self.store is None:
+            return
+        rows = self.store.records("train_metrics_for_runs", run_ids=[self.run_id])
+        by_step: dict[int, dict[str, float]] = {}
+        for r in rows:
+            if r["step"] <= self.step_no:
+                by_step.setdefault(r["step"], {})[r["name"]] = float("nan") if r["value"] is None else r["value"]
+        self.history = [by_step.get(i, {}) for i in range(1, self.step_no + 1)]
+        t = self.train_cfg
+        for step in range(1, self.step_no + 1):
+            if t.eval_datasets and t.eval_every and step % t.eval_every == 0 and "eval/average" not in self.history[step - 1]:
+                run = self.store.records("get_run", run_id=exports.eval_run_id(self.run_id, step))
+                if run and run[0]["status"] == "finished":
+                    self.record_evaluation(step)
+        self._alerted = {(a["step"], a["monitor"]) for a in self.store.records("alerts_for_runs", run_ids=[self.run_id])}
+
+    def watch(self) -> bool:
+        """Run the monitors on the step just finished (and its evaluation); log and store what fired. True (on
+        every rank) when the run should stop (``monitors.on_alert: stop``, or a non-finite metric)."""
+        def decide() -> bool:
+            start = time.perf_counter()
+            fired = [a for a in alerts_at(self.history, self.step_no, self.monitors)
+                     if (a.step, a.monitor) not in self._alerted]
+            stop = should_stop(fired, self.monitors) and self.step_no < self.train_cfg.steps
+            self.store_alerts(fired, "stop" if stop else "warn")
+            self.monitor_seconds += time.perf_counter() - start
+            return stop
+        return self._on_rank0(decide)
+
+    def store_alerts(self, fired: list[Alert], action: str) -> None:
+        for a in fired:
+            self.log(a.line() + (" — stopping after this step's checkpoint" if action == "stop" else ""))
+            self._alerted.add((a.step, a.monitor))
+        self.store.insert_rows("train_alerts", [a.row(self.run_id, action) for a in fired])
+
+    def stop(self) -> None:
+        """A monitor's clean stop: this step checkpointed (and exported), out/policy written, the run 'stopped'
+        (``--resume`` continues it)."""
+        if self._pending:
+            self.save_checkpoint()
+            if self.train_cfg.export_checkpoints:
+                self.export_checkpoint()
+        self.export_policy()
+        self.stopped_at = self.step_no
+        self.log(f"[train] stopped after step {self.step_no} by its monitors (monitors.on_alert: "
+                 f"{self.monitors.on_alert}); the alerts: prl sql \"select * from train_alerts where run_id = "
+                 f"'{self.run_id}'\"")
 
     # ---- 3k. the loop ---------------------------------------------------------------------------------
 
@@ -676,17 +792,27 @@ class Trainer:
                        disable=not self.progress, file=sys.stderr)
             while self.step_no < self.train_cfg.steps:
                 metrics = self.step()
+                if self.rank == 0:
+                    self.history.append(dict(metrics))
                 bar.update(1)
                 self.log(summary_line(self.step_no, metrics))
                 if self.train_cfg.eval_every and self.step_no % self.train_cfg.eval_every == 0 and self.step_no < self.train_cfg.steps:
                     self.evaluate()
+                if self.step_no < self.train_cfg.steps and self.watch():
+                    self.stop()
+                    break
             bar.close()
-            self.export_policy()  # out/policy: the trained model, whichever way the steps were synced
-            final_eval = self.evaluate() if self.train_cfg.eval_datasets else None
+            final_eval = None
+            if self.stopped_at is None:
+                self.export_policy()  # out/policy: the trained model, whichever way the steps were synced
+                final_eval = self.evaluate() if self.train_cfg.eval_datasets else None
+                if self.step_no >= 1:
+                    self.watch()  # the last step, with its evaluation (a warning: nothing is left to stop)
             if self.store is not None:
-                self.record_run("finished")
+                self.record_run("stopped" if self.stopped_at is not None else "finished")
             return {"run_id": self.run_id, "steps": self.step_no, "resumed_from_step": resumed_from,
-                    "db": self.train_cfg.db, "out_dir": str(self.out), "final_eval": final_eval}
+                    "db": self.train_cfg.db, "out_dir": str(self.out), "final_eval": final_eval,
+                    "stopped_at_step": self.stopped_at, "monitor_seconds": self.monitor_seconds}
         except BaseException:
             if self.store is not None:
                 self.record_run("failed")
@@ -698,7 +824,7 @@ class Trainer:
 def summary_line(step: int, metrics: dict[str, float]) -> str:
     m = metrics
     return (f"[train] step {step}: reward {m['reward/mean']:.3f}, len {m['response/length']:.0f}, "
-            f"kl_ref {m.get('kl/ref', float('nan')):.4f}, rho {m['prl/rho_mean']:+.3f}±{m['prl/rho_std']:.3f}, "
+            f"kl_ref {m.get('actor/kl_ref', float('nan')):.4f}, rho {m['prl/rho_mean']:+.3f}±{m['prl/rho_std']:.3f}, "
             f"clip {m.get('actor/clipfrac', float('nan')):.3f}, loss {m['actor/loss']:+.4f}, "
             f"gn {m['actor/grad_norm']:.3f}, {m['time/step']:.1f} s "
             f"(gen {m['time/generate']:.1f}, ver {m['time/verify']:.1f}, lp {m['time/logprobs']:.1f}, "
