@@ -142,10 +142,11 @@ def verdict_bars(df: pd.DataFrame) -> go.Figure:
 
 
 def training_curves(metrics: pd.DataFrame, name: str, evals: pd.DataFrame | None = None,
-                    colors: dict[str, str] | None = None) -> go.Figure:
+                    colors: dict[str, str] | None = None, alerts: pd.DataFrame | None = None) -> go.Figure:
     """One training metric over steps, one line per run (its colour from ``colors``, else :func:`run_colors`);
     evaluation points (average score per data set) as markers of the same colour when ``name`` is a
-    reward/accuracy metric. metrics: run_id, step, name, value."""
+    reward/accuracy metric; each alert of the runs' monitors (``alerts``: run_id, step, monitor) as a dashed
+    vertical line in the run's colour, labelled by the monitor. metrics: run_id, step, name, value."""
     d = metrics[metrics["name"] == name]
     if d.empty:
         return _empty(name, f"no '{name}' values for the selected runs")
@@ -160,7 +161,40 @@ def training_curves(metrics: pd.DataFrame, name: str, evals: pd.DataFrame | None
             fig.add_scatter(name=f"{run_id} eval {dataset}", x=g["step"], y=g["average"], mode="markers",
                             marker={"size": 10, "symbol": symbols[i % len(symbols)], "color": colors.get(str(run_id)),
                                     "line": {"width": 1, "color": "white"}})
+    _alert_lines(fig, alerts, colors)
     fig.update_layout(title=name, xaxis_title="step", yaxis_title=name, legend_title="run")
+    return fig
+
+
+def _alert_lines(fig: go.Figure, alerts: pd.DataFrame | None, colors: dict[str, str]) -> None:
+    if alerts is None or alerts.empty:
+        return
+    for a in alerts.itertuples(index=False):
+        fig.add_vline(x=int(a.step), line_dash="dash", line_width=1, line_color=colors.get(str(a.run_id), "red"),
+                      annotation_text=_hover_safe(str(a.monitor), 30), annotation_textangle=-90,
+                      annotation_position="top left")
+
+
+def pass_at_k_curves(metrics: pd.DataFrame, colors: dict[str, str] | None = None,
+                     alerts: pd.DataFrame | None = None) -> go.Figure:
+    """Unbiased pass@k of the evaluations during training (``eval/pass@k``, micro average over problems) over
+    steps: one line per run and k (the run's colour, a marker per k), with the alerts' lines."""
+    d = metrics[metrics["name"].str.fullmatch(r"eval/pass@\d+")]
+    if d.empty:
+        return _empty("pass@k during training", "no evaluation during training stored pass@k (train.eval_every)")
+    colors = colors or run_colors(metrics["run_id"])
+    symbols = ("circle", "diamond", "square", "triangle-up", "x", "star")
+    fig = go.Figure()
+    ks = sorted({int(n.split("@")[1]) for n in d["name"]})
+    for run_id, g in d.groupby("run_id", sort=False):
+        for i, k in enumerate(ks):
+            gk = g[g["name"] == f"eval/pass@{k}"].sort_values("step")
+            fig.add_scatter(name=f"{run_id} pass@{k}", x=gk["step"], y=gk["value"], mode="lines+markers",
+                            line={"color": colors.get(str(run_id))}, marker={"symbol": symbols[i % len(symbols)],
+                                                                             "size": 8})
+    _alert_lines(fig, alerts, colors)
+    fig.update_layout(title="pass@k during training (unbiased, micro average)", xaxis_title="step",
+                      yaxis_title="pass@k", yaxis_range=[0, 1], legend_title="run, k")
     return fig
 
 

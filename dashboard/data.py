@@ -428,6 +428,11 @@ def eval_points(db: str, run_ids: list[str]) -> pd.DataFrame:
     return open_store(db).df("eval_points_for_runs", run_ids=run_ids)
 
 
+def train_alerts(db: str, run_ids: list[str]) -> pd.DataFrame:
+    """What the runs' monitors fired (run_id, step, monitor, metric, value, threshold, message, action)."""
+    return open_store(db).df("alerts_for_runs", run_ids=run_ids)
+
+
 def rollout_steps(db: str, run_id: str) -> list[int]:
     return [r["step"] for r in open_store(db).records("rollout_steps_for_run", run_id=run_id)]
 

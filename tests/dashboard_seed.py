@@ -55,8 +55,14 @@ def seed(path) -> str:
               manifest={"seed": 0}, parent_run_id=None, train_step=5)
     s.insert_rows("train_metrics", ({"run_id": "train-prl", "step": step, "name": name, "value": value}
                                            for step in range(1, 6)
-                                           for name, value in (("reward/mean", 0.1 * step), ("kl/ref", 0.01 * step),
+                                           for name, value in (("reward/mean", 0.1 * step), ("actor/kl_ref", 0.01 * step),
                                                                ("actor/entropy", 1.0 - 0.1 * step))))
+    # the in-training evaluation's pass@k at step 5 and one alert of the run's monitors at step 4
+    s.insert_rows("train_metrics", [{"run_id": "train-prl", "step": 5, "name": n, "value": v}
+                                    for n, v in (("eval/average", 0.75), ("eval/pass@1", 0.75), ("eval/pass@4", 1.0))])
+    s.insert_rows("train_alerts", [{"run_id": "train-prl", "step": 4, "monitor": "entropy_collapse",
+                                    "metric": "actor/entropy", "value": 0.6, "threshold": 0.7,
+                                    "message": "actor/entropy fell to 0.6 <b>seeded</b>", "action": "warn"}])
     s.insert_rows("prl_segments", ({"run_id": "train-prl", "step": 5, "rollout_idx": 0, "segment_idx": j,
                                            "start_tok": 3 * j, "end_tok": 3 * j + 2, "kl_to_go": 0.3 - 0.1 * j,
                                            "rho": 0.5 - 0.4 * j} for j in range(3)))
@@ -102,7 +108,9 @@ def add_study(db) -> str:
     counts = {("grpo", 0): [0, 1, 2], ("grpo", 1): [1, 1, 2], ("prl", 0): [1, 2, 2], ("prl", 1): [2, 1, 2]}
     cells = [{"name": "grpo", "varied": ["algorithm.estimator"]}, {"name": "prl", "varied": ["algorithm.estimator",
                                                                                              "algorithm.eta"]}]
-    config = {"study": {"id": "st", "seeds": [0, 1], "baseline": "grpo"}, "cells": cells}
+    config = {"study": {"id": "st", "seeds": [0, 1], "baseline": "grpo"}, "cells": cells,
+              "claims": [{"id": "avg", "text": "PRL scores higher than GRPO <b>on average</b>", "metric": "average@2",
+                          "higher": True, "cell": "prl", "against": ["grpo"], "source": "seeded"}]}
     store.execute("upsert_study", study_id="st", status="finished", config=config, manifest={})
     store.insert_problems([])
     for (cell, seed), cs in counts.items():
@@ -126,7 +134,7 @@ def add_study(db) -> str:
         store.insert_samples(rows)
         store.insert_rows("train_metrics", [{"run_id": train, "step": step, "name": name, "value": v}
                                                    for step in (1, 2)
-                                                   for name, v in (("reward/mean", 0.1 * step), ("kl/ref", 0.01 * step))])
+                                                   for name, v in (("reward/mean", 0.1 * step), ("actor/kl_ref", 0.01 * step))])
     return str(db)
 
 

@@ -17,9 +17,13 @@ def small_study(tmp_path: Path, model: Path | str, *, study_id: str = "mini", se
                     # (each of the trainer processes would import and start vLLM, ~11 s)
                     "train": {"model": str(model), "engine": "hf", "steps": 2, "prompts_per_step": 2, "mini_batch_size": 4,
                               "micro_batch_size": 4, "max_tokens": 48, "checkpoint_every": 1, "segments_per_step": 1,
-                              "lr": 1e-4}},
+                              "lr": 1e-4, "heldout_problems": 4}},
            "cells": [{"name": "grpo", "algorithm": {"estimator": "grpo"}},
-                     {"name": "prl", "algorithm": {"estimator": "prl", "eta": 10, "step_split": "text:\n\n"}}]}
+                     {"name": "prl", "algorithm": {"estimator": "prl", "eta": 10, "step_split": "text:\n\n"}}],
+           "claims": [{"id": "pass2", "text": "PRL passes more at k = 2", "metric": "pass@2", "higher": True,
+                       "cell": "prl", "against": ["grpo"]},
+                      {"id": "entropy", "text": "PRL keeps a higher held-out entropy", "metric": "heldout/entropy",
+                       "higher": True, "cell": "prl", "against": ["grpo"]}]}
     path = tmp_path / f"{study_id}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path

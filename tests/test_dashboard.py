@@ -4,6 +4,8 @@ and a real headless-Chromium check of the running app."""
 
 from __future__ import annotations
 
+import json
+
 import os
 import re
 import shutil
@@ -317,7 +319,9 @@ def test_problem_failures_training_data(db):
     assert counts[("math500", "no_answer")] == 1 and counts[("math500", "correct")] == 1
     sus = data.suspicious_passes(db, ["prl", "train-prl@step5"])
     assert sus.iloc[0]["answer_only"] and ("prl", "amc23/0", 0) in set(zip(sus.run_id, sus.problem_id, sus.sample_idx))
-    assert len(data.train_metrics(db, ["train-prl"])) == 15
+    assert len(data.train_metrics(db, ["train-prl"])) == 18
+    al = data.train_alerts(db, ["train-prl"])
+    assert al[["step", "monitor", "metric", "action"]].values.tolist() == [[4, "entropy_collapse", "actor/entropy", "warn"]]
     ev = data.eval_points(db, ["train-prl"])
     assert ev[["step", "average"]].values.tolist() == [[5, 0.75]]
     ro, segs = data.rollouts(db, "train-prl", 5)
@@ -382,8 +386,28 @@ def test_failures_page(page):
 
 def test_training_page(page):
     at = page("training")
-    assert len(at.get("plotly_chart")) == 4  # reward/mean, kl/ref, actor/entropy + the segment view
-    assert at.dataframe[0].value[["step", "average"]].values.tolist() == [[5, 0.75]]
+    # reward/mean, actor/kl_ref, actor/entropy, pass@k during training + the segment view
+    charts_ = at.get("plotly_chart")
+    assert len(charts_) == 5
+    alerts = at.dataframe[0].value
+    assert alerts[["step", "monitor", "action"]].values.tolist() == [[4, "entropy_collapse", "warn"]]
+    assert at.dataframe[1].value[["step", "average"]].values.tolist() == [[5, 0.75]]
+    specs = [json.loads(c.proto.spec) for c in charts_]
+    curves = [sp for sp in specs if sp["layout"].get("title", {}).get("text") in ("reward/mean", "actor/kl_ref",
+                                                                                 "actor/entropy")]
+    assert len(curves) == 3
+    for sp in curves:  # the alert as a dashed line at its step on every curve, labelled by the monitor
+        assert [(sh["x0"], sh["line"]["dash"]) for sh in sp["layout"]["shapes"]] == [(4, "dash")]
+        assert [a["text"] for a in sp["layout"]["annotations"]] == ["entropy_collapse"]
+    pk = next(sp for sp in specs if sp["layout"]["title"]["text"].startswith("pass@k during training"))
+    def values(y):  # plotly writes arrays as typed arrays (dtype + base64 bytes)
+        import base64
+
+        import numpy as np
+        return np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"]).tolist() if isinstance(y, dict) else y
+
+    assert sorted((d["name"], values(d["y"])) for d in pk["data"]) == [("train-prl pass@1", [0.75]),
+                                                                        ("train-prl pass@4", [1.0])]
 
 
 def test_training_page_with_identical_rollouts(db_repeating, monkeypatch):
@@ -1134,14 +1158,19 @@ def test_study_page_shows_the_report(db_repeating, monkeypatch):
     assert {c: v[:3] for c, v in shown.items()} == {"grpo": pytest.approx(ci(1 / 2, 2 / 3)), "prl": pytest.approx(ci(5 / 6, 5 / 6))}
     grpo_lo, grpo_hi = shown["grpo"][3:]
     assert 1 / 4 <= grpo_lo <= 7 / 12 <= grpo_hi <= 1
-    paired = at.dataframe[1].value
+    # the claim: prl − grpo seed by seed (1/3, 1/6), the same CI as the paired row; it includes 0
+    claims = at.dataframe[1].value
+    assert claims[["against", "seeds", "verdict"]].values.tolist() == [["grpo", 2, "not shown at this scale"]]
+    assert claims[["diff", "lo", "hi"]].iloc[0].tolist() == pytest.approx(ci(1 / 3, 1 / 6))
+    assert claims["claim"].iloc[0] == "PRL scores higher than GRPO <b>on average</b>"  # text in a table cell, as is
+    paired = at.dataframe[2].value
     assert paired["cell"].tolist() == ["prl"] and paired["seeds"].tolist() == [2]
     assert paired[["diff", "lo", "hi"]].iloc[0].tolist() == pytest.approx(ci(1 / 3, 1 / 6))
     assert 0 <= paired["problem_lo"].iloc[0] <= 1 / 4 <= paired["problem_hi"].iloc[0] <= 1 / 2
     assert "includes 0" in paired["note"].iloc[0]
     # the cells' stored configs differ in exactly what the study declares
     assert any("declares" in s.value for s in at.success) and not at.warning
-    diffs = at.dataframe[2].value.set_index("key")
+    diffs = at.dataframe[3].value.set_index("key")
     assert diffs.to_dict("index") == {"algorithm.estimator": {"grpo": "grpo", "prl": "prl"},
                                       "algorithm.eta": {"grpo": "None", "prl": "10.0"}}
     at.selectbox(key=ui.key("study", "metric", "st")).set_value("pass@2").run()

@@ -62,3 +62,25 @@ def test_small_demo_writes_its_store_and_result_file(small_demo):
             assert common == 12, label
             assert (paired["average_a"], paired["average_b"], paired["diff"]) == pytest.approx((avg_a, avg_b, diff), abs=1e-12)
             assert paired["lo"] <= paired["diff"] <= paired["hi"], label
+
+
+def test_the_demos_own_runs_trip_no_alert(small_demo):
+    """The online monitors stay silent on the demo's training runs (docs/architecture.md §Runs that say when they go
+    wrong), which log what they read: KL to the reference and the engine's mismatch KL at every step."""
+    from prl.training.monitors import MonitorConfig, alerts
+
+    out = small_demo["out"]
+    assert small_demo["result"].returncode == 0, small_demo["result"].stderr[-3000:]
+    store = Store(out / "store.duckdb", create=False)
+    for run in ("demo-train-prl", "demo-train-grpo"):
+        hist = [dict(m) for _, m in sorted(_by_step(store, run).items())]
+        assert len(hist) == 3 and all("actor/kl_ref" in h and "rollout/mismatch_kl" in h for h in hist)
+        assert store.records("alerts_for_runs", run_ids=[run]) == []
+        assert alerts(hist, MonitorConfig()) == []
+
+
+def _by_step(store, run_id):
+    by = {}
+    for r in store.records("train_metrics_for_runs", run_ids=[run_id]):
+        by.setdefault(r["step"], {})[r["name"]] = float("nan") if r["value"] is None else r["value"]
+    return by

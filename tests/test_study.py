@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from prl_core.config import ConfigError
+from prl_core.metrics import seed_ci
 
 from prl.store.db import Store
 from prl.studies.config import config_differences, load_study
@@ -50,13 +51,15 @@ def test_grid_expands_into_named_cells_that_differ_only_where_it_says(tmp_path):
     assert [c.run.algorithm.eta for c in st.cells[1:]] == [5.0, 20.0]
     assert [(c.name, s) for c, s in st.jobs()][:3] == [("grpo", 0), ("prl-eta5", 0), ("prl-eta20", 0)]
     planned = {c.name: st.cell_config(c, 0, "m").to_dict() for c in st.cells}
-    # exactly what the file sets, plus the order PRL trains with by default (the paper's advantage_first, README)
+    # exactly what the file sets, plus what PRL trains with by default: the paper's advantage_first order and
+    # its reverse-KL divergence (README); GRPO reads neither
     cells = ("grpo", "prl-eta5", "prl-eta20")
     assert config_differences(planned) == {
         "algorithm.estimator": dict(zip(cells, ("grpo", "prl", "prl"))),
         "algorithm.eta": dict(zip(cells, (None, 5.0, 20.0))),
         "algorithm.step_split": dict(zip(cells, (None, "token", "token"))),
-        "algorithm.order": dict(zip(cells, (None, "advantage_first", "advantage_first")))}
+        "algorithm.order": dict(zip(cells, (None, "advantage_first", "advantage_first"))),
+        "algorithm.divergence": dict(zip(cells, (None, "reverse_kl", "reverse_kl")))}
     rc = st.cell_config(st.cells[1], 1, "/models/warm")
     assert (rc.train.run_id, rc.train.seed, rc.train.model) == ("s.prl-eta5.s1", 1, "/models/warm")
     assert rc.train.out_dir.endswith(str(Path("cells") / "prl-eta5" / "s1"))
@@ -64,9 +67,9 @@ def test_grid_expands_into_named_cells_that_differ_only_where_it_says(tmp_path):
 
 @pytest.mark.parametrize("cells, study, needle", [
     ([{"name": "grpo", "algorithm": {"estimator": "grpo", "eta": 5}}, PRL], None,
-     "algorithm.eta only apply to the PRL estimator, but this cell trains grpo"),
+     "algorithm.eta: only used by the prl, frpo, grpo_fused_kl estimators, but this cell trains grpo"),
     ([GRPO, {"name": "grpo-split", "algorithm": {"estimator": "grpo"}, "grid": {"algorithm.step_split": ["token"]}}],
-     None, "only apply to the PRL estimator"),
+     None, "estimators, but this cell trains grpo"),
     ([], None, "the study has no cells"),
     ([GRPO, {"name": "prl", "algorithm": {"estimator": "prl"}, "grid": {"algorithm.eta": []}}], None,
      "a grid with an empty list has no cells"),
@@ -229,11 +232,28 @@ def test_small_study_end_to_end_killed_and_finished_by_a_rerun(tmp_path, warm_mo
         per_seed = by[(cell, "average@2")]["per_seed"]
         assert per_seed == pytest.approx({str(s): averages[f"mini.{cell}.s{s}@step2"] for s in (0, 1)})
     assert rep["undeclared_differences"] == []
-    # exactly what the study file sets, plus the order PRL trains with by default (advantage_first, README)
+    # the claims: per-seed differences from the per-cell figures and from the runs' stored held-out metrics, and the
+    # verdict the CI rule gives them
+    claims = {c["id"]: c for c in rep["claims"]}
+    assert set(claims) == {"pass2", "entropy"}
+    cmp = claims["pass2"]["comparisons"][0]
+    assert cmp["per_seed"] == pytest.approx({str(s): by[("prl", "pass@2")]["per_seed"][str(s)]
+                                             - by[("grpo", "pass@2")]["per_seed"][str(s)] for s in (0, 1)})
+    with store.read() as con:
+        ent = dict(con.execute(
+            "SELECT run_id, value FROM train_metrics WHERE name = 'heldout/entropy' AND step = 2").fetchall())
+    cmp = claims["entropy"]["comparisons"][0]
+    assert cmp["per_seed"] == pytest.approx({str(s): ent[f"mini.prl.s{s}"] - ent[f"mini.grpo.s{s}"] for s in (0, 1)})
+    for c in claims.values():
+        ci = seed_ci(list(c["comparisons"][0]["per_seed"].values()))
+        assert c["verdict"] == ("holds here" if ci["lo"] > 0 else "contradicted" if ci["hi"] < 0
+                                else "not shown at this scale")
+    # exactly what the study file sets, plus what PRL trains with by default (advantage_first, reverse KL; README)
     assert rep["config_differences"] == {"algorithm.estimator": {"grpo": "grpo", "prl": "prl"},
                                          "algorithm.eta": {"grpo": None, "prl": 10.0},
                                          "algorithm.step_split": {"grpo": None, "prl": "text:\\n\\n"},
-                                         "algorithm.order": {"grpo": None, "prl": "advantage_first"}}
+                                         "algorithm.order": {"grpo": None, "prl": "advantage_first"},
+                                         "algorithm.divergence": {"grpo": None, "prl": "reverse_kl"}}
     assert_only_plotly_scripts((tmp_path / "study" / "study_report.html").read_text(), [  # one η: no sweep chart
         "pass@k per cell (95% CI across seeds)", "Reward against KL to the reference over training (mean over seeds)"])
     r = subprocess.run([sys.executable, "-m", "prl_cli", "report", "--study", "mini", "--db",
@@ -241,3 +261,23 @@ def test_small_study_end_to_end_killed_and_finished_by_a_rerun(tmp_path, warm_mo
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "# Study `mini`" in r.stdout and "Each cell against `grpo`, seed by seed" in r.stdout
+    assert "## Claims tested" in r.stdout and "PRL keeps a higher held-out entropy" in r.stdout
+
+
+@pytest.mark.parametrize("claim, needle", [
+    ({"metric": "pass@9"}, "claims[0].metric: 'pass@9' is not one of pass@1..pass@2, average@2"),
+    ({"cell": "frpo"}, "claims[0]: 'frpo' is not a cell; cells: grpo, prl"),
+    ({"higher": "yes"}, "claims[0].higher: expected true or false, got 'yes'"),
+    ({"against": None, "metric": "heldout/entropy"}, "claims[0]: None is not a cell"),
+])
+def test_a_claim_that_cannot_be_tested_is_refused(tmp_path, claim, needle):
+    good = {"id": "c", "text": "t", "metric": "pass@2", "higher": True, "cell": "prl", "against": ["grpo"]}
+    doc = {"study": {"id": "s", "seeds": [0, 1], "eval": {"n": 2}}, "base": BASE, "cells": [GRPO, PRL],
+           "claims": [{**good, **claim}]}
+    p = tmp_path / "study.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError) as e:
+        load_study(p)
+    assert needle in str(e.value), str(e.value)
+    p.write_text(yaml.safe_dump({**doc, "claims": [good]}))
+    assert [c.id for c in load_study(p).claims] == ["c"]

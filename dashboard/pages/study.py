@@ -1,6 +1,7 @@
 """Study: one study's cells across seeds (``prl study``): per-cell scores with CIs across seeds and
 problems, each cell against the baseline seed by seed, reward against KL over training, the η sweep,
-and what differs between the cells' configs. Everything comes from prl.studies.report."""
+what differs between the cells' configs, and the verdict on each claim the study tests. Everything comes from
+prl.studies.report."""
 
 import sys
 from pathlib import Path
@@ -41,6 +42,16 @@ def body() -> None:
                                                          "problem_hi", "problems"]]
         st.dataframe(shown, hide_index=True, width="stretch", key=ui.key("study", "cells", sid, metric))
         st.plotly_chart(charts.pass_at_k(per_cell), width="stretch", key=ui.key("study", "pass_at_k", sid))
+    if rep.get("claims"):
+        st.subheader("Claims tested")
+        st.caption("Each claim's cell against each compared cell, seed by seed: difference = cell − other with its 95% "
+                   "CI across seeds. holds here: the CI excludes 0 in the claimed direction against every compared "
+                   "cell; contradicted: it excludes 0 the other way against one; else not shown at this scale.")
+        claims = pd.DataFrame([{"claim": c["text"], "metric": c["metric"], "verdict": c["verdict"],
+                                "against": r["against"], "seeds": r["seeds"], "cell": r["cell_mean"],
+                                "other": r["against_mean"], "diff": r["diff"], "lo": r["lo"], "hi": r["hi"]}
+                               for c in rep["claims"] for r in c["comparisons"]])
+        st.dataframe(claims, hide_index=True, width="stretch", key=ui.key("study", "claims", sid))
     if rep["paired"]:
         st.subheader(f"Each cell against {rep['baseline']}, seed by seed")
         paired = pd.DataFrame(rep["paired"])[["cell", "seeds", "diff", "lo", "hi", "problem_lo", "problem_hi", "note"]]

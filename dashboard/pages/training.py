@@ -16,7 +16,7 @@ import json  # noqa: E402
 
 st.title("Training")
 
-DEFAULT = ["reward/mean", "reward/accuracy", "kl/ref", "actor/entropy", "actor/clipfrac", "response/length",
+DEFAULT = ["reward/mean", "reward/accuracy", "actor/kl_ref", "actor/entropy", "actor/clipfrac", "response/length",
            "prl/rho_mean", "prl/rho_std", "time/step"]
 
 
@@ -29,13 +29,21 @@ def curves(run_ids: list[str], shown: list[str], live: bool) -> None:
     def draw() -> None:
         metrics = ui.train_metrics(ui.db(), run_ids)
         evals = ui.eval_points(ui.db(), run_ids)
+        alerts = ui.train_alerts(ui.db(), run_ids)
         colors = charts.run_colors(run_ids)
+        if not alerts.empty:
+            st.subheader("Alerts")
+            st.caption("What the runs' monitors fired (docs/architecture.md §Runs that say when they go wrong); "
+                       "each is a dashed line on the curves below.")
+            st.dataframe(alerts, hide_index=True, width="stretch", key=ui.key("training", "alerts", run_ids))
         cols = st.columns(2)
         for i, name in enumerate(shown):
-            cols[i % 2].plotly_chart(charts.training_curves(metrics, name, evals, colors), width="stretch",
+            cols[i % 2].plotly_chart(charts.training_curves(metrics, name, evals, colors, alerts), width="stretch",
                                      key=ui.key("training", "curve", name, run_ids))
         if not evals.empty:
             st.subheader("Evaluations during training")
+            st.plotly_chart(charts.pass_at_k_curves(metrics, colors, alerts), width="stretch",
+                            key=ui.key("training", "pass_at_k", run_ids))
             st.dataframe(evals, hide_index=True, width="stretch", key=ui.key("training", "evals", run_ids))
 
     draw()

@@ -122,6 +122,25 @@ def run_scores(store: Store, run_id: str, ks: Sequence[int] | None = None, *, it
                 1 for d in run.by_dataset.values() for s in d.values() if len(s) != n)}
 
 
+def eval_metrics(store: Store, run_id: str, ks: Sequence[int] = ()) -> dict[str, float]:
+    """An evaluation run's scores as flat ``train_metrics`` names (what an in-training evaluation stores at its step):
+    ``eval/average`` and ``eval/pass@k`` (micro averages over the run's problems, as :func:`run_scores`' ``micro``
+    aggregate and ``prl report``), ``eval/macro/average``, and per data set ``eval/<dataset>/average`` and
+    ``eval/<dataset>/pass@k``. ``ks``: empty = 1 and n. Values only (no bootstrap: the report has the CIs)."""
+    run = load_run(store, run_id)
+    if run.n == 0:
+        return {}
+    ks = sorted({k for k in (ks or (1, run.n)) if 1 <= k <= run.n})
+    metrics = {"average": per_problem(run, "average"), **{f"pass@{k}": per_problem(run, "pass", k) for k in ks}}
+    out: dict[str, float] = {}
+    for name, vals in metrics.items():
+        out[f"eval/{name}"] = micro_macro(vals)["micro"]
+        for d, v in vals.items():
+            out[f"eval/{d}/{name}"] = float(v.mean())
+    out["eval/macro/average"] = micro_macro(metrics["average"])["macro"]
+    return out
+
+
 def compare_runs(store: Store, run_a: str, run_b: str, *, k: int | None = None, iters: int = 2000,
                  seed: int = 0) -> dict[str, Any]:
     """Run B against run A on the problems both have (per data set and overall)."""

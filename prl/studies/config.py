@@ -5,6 +5,8 @@ vary it, the seeds that replicate every cell, and how each cell is evaluated.
     base:    a training config (algorithm: and train:) every cell starts from
     cells:   a list; each has a name, algorithm:/train: keys over the base, and optionally a
              grid: {algorithm.eta: [5, 20, 80]} that expands it into one cell per value
+    claims:  optional; each a claim the study tests, one cell against others on one metric, that the report
+             gives a verdict (holds here / not shown at this scale / contradicted) from seed-matched CIs
 
 Everything is checked before anything runs (:func:`load_study`), with messages that say how to fix
 the file: a PRL key on a GRPO cell, a grid with no cells, seeds that collide, two cells that are
@@ -22,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from prl_core.config import AlgorithmConfig, ConfigError
-from prl_core.estimators import PRL_ONLY
+from prl_core.estimators import ESTIMATOR_KEYS, estimator_names, get_estimator, readers_of
 
 from prl.store.db import store_path
 from prl.config_files import read_yaml
 from prl.training.config import RunConfig, TrainConfig, WarmStart, train_from_dict
+from prl.training.monitors import MonitorConfig
 
 RUN_KEYS = ("model", "out_dir", "db", "run_id", "seed")
 """TrainConfig fields the study sets for every cell itself (where it trains, what it starts from, its seed):
@@ -75,6 +78,31 @@ class StudySettings:
         return store_path(self.out_dir, self.db)
 
 
+CLAIM_METRICS = ("heldout/entropy", "heldout/drift", "heldout/kl_ref", "actor/kl_ref", "actor/entropy")
+"""Training-run metrics a claim may name (besides an evaluation's ``average@n`` and ``pass@k``): the heldout ones
+at the final evaluation, the ``actor/`` ones as the mean of the last 10 steps."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim a study tests: ``cell`` against each of ``against`` on ``metric``."""
+
+    id: str
+    """A short name (the report's row)."""
+    text: str
+    """The claim in words, as its source states it."""
+    metric: str
+    """``pass@k`` (k <= study.eval.n), ``average@n``, or one of CLAIM_METRICS."""
+    higher: bool
+    """Whether the claim is that ``cell`` is higher (true) or lower (false) than the others."""
+    cell: str
+    """The cell the claim is about."""
+    against: tuple[str, ...]
+    """The cells it is compared with, seed by seed."""
+    source: str = ""
+    """Where the claim is made (paper and place)."""
+
+
 @dataclass(frozen=True)
 class Cell:
     """One setting of the study: a name and the training config it stands for (without run keys)."""
@@ -95,6 +123,7 @@ class Study:
     cells: tuple[Cell, ...]
     source: str
     raw: dict[str, Any]
+    claims: tuple[Claim, ...] = ()
 
     @property
     def id(self) -> str:
@@ -130,7 +159,8 @@ class Study:
 
     def to_dict(self) -> dict[str, Any]:
         return {"study": json.loads(json.dumps(asdict(self.settings), default=list)), "base": self.base,
-                "cells": [{"name": c.name, "varied": list(c.varied), **c.run.to_dict()} for c in self.cells]}
+                "cells": [{"name": c.name, "varied": list(c.varied), **c.run.to_dict()} for c in self.cells],
+                "claims": [{**asdict(c), "against": list(c.against)} for c in self.claims]}
 
 
 def _fail(source: str, where: str, msg: str) -> ConfigError:
@@ -256,14 +286,18 @@ def _cell_run(base: dict[str, Any], over: dict[str, Any], name: str, source: str
     algo = dict(base.get("algorithm") or {})
     own_algo = over.get("algorithm", {})
     estimator = own_algo.get("estimator", algo.get("estimator", AlgorithmConfig.estimator))
-    if estimator != "prl":
-        given = [k for k in PRL_ONLY if k in own_algo]
-        if given:
-            raise _fail(source, f"cell {name!r}", f"{', '.join('algorithm.' + k for k in given)} only apply to the "
-                        f"PRL estimator, but this cell trains {estimator}: remove them from the cell, or set "
-                        "algorithm.estimator: prl")
-        # PRL settings of the base do not reach a cell of another estimator (they would mean nothing)
-        algo = {k: v for k, v in algo.items() if k not in PRL_ONLY}
+    try:
+        reads = set(get_estimator(estimator).keys)
+    except (KeyError, ValueError):
+        reads = set(ESTIMATOR_KEYS)  # an unknown estimator: AlgorithmConfig below names it and the choices
+    given = [k for k in ESTIMATOR_KEYS if k in own_algo and k not in reads]
+    if given:
+        readers = sorted({e for k in given for e in readers_of(k)}, key=estimator_names().index)
+        raise _fail(source, f"cell {name!r}", f"{', '.join('algorithm.' + k for k in given)}: only used by the "
+                    f"{', '.join(readers)} estimators, but this cell trains {estimator}: remove them from the "
+                    f"cell, or set algorithm.estimator: {readers[0]}")
+    # estimator-specific settings of the base reach only cells whose estimator reads them (others ignore them)
+    algo = {k: v for k, v in algo.items() if k not in ESTIMATOR_KEYS or k in reads}
     algo.update(own_algo)
     train = {**(base.get("train") or {}), **over.get("train", {}), "model": "<study base model>"}
     try:
@@ -275,19 +309,23 @@ def _cell_run(base: dict[str, Any], over: dict[str, Any], name: str, source: str
         t.validate(a)
     except ConfigError as e:
         raise ConfigError(f"{source}: cell {name!r}: {e}") from None
-    return RunConfig(a, t)
+    try:
+        m = MonitorConfig.from_dict(base.get("monitors"), source="base monitors")
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    return RunConfig(a, t, m)
 
 
 def load_study(path: str | Path, *, study_id: str | None = None) -> Study:
     """Read and check a study config; every error names the file and the key, and says how to fix it."""
     source = str(path)
     data = read_yaml(path, "study config")
-    data = _section(data, "top level", source, {"study", "base", "cells"})
+    data = _section(data, "top level", source, {"study", "base", "cells", "claims"})
     study_section = dict(data.get("study") or {})
     if study_id:
         study_section["id"] = study_id
     settings = _settings(study_section, source)
-    base = _section(data.get("base"), "base", source, {"algorithm", "train"})
+    base = _section(data.get("base"), "base", source, {"algorithm", "train", "monitors"})
     for k in (base.get("train") or {}):
         if k in RUN_KEYS and k != "model":
             raise _fail(source, f"base.train.{k}", "set by the study (study.out_dir, study.db, study.seeds); remove it")
@@ -324,8 +362,39 @@ def load_study(path: str | Path, *, study_id: str | None = None) -> Study:
                                 "baseline": baseline})
     model = (base.get("train") or {}).get("model")
     if model:
-        cells = [Cell(c.name, RunConfig(c.run.algorithm, _with(c.run.train, model=model)), c.varied) for c in cells]
-    return Study(settings, base, tuple(cells), source, data)
+        cells = [Cell(c.name, RunConfig(c.run.algorithm, _with(c.run.train, model=model), c.run.monitors), c.varied) for c in cells]
+    claims = _claims(data.get("claims"), {c.name for c in cells}, settings.eval.n, source)
+    return Study(settings, base, tuple(cells), source, data, claims)
+
+
+def _claims(data: Any, cells: set[str], n: int, source: str) -> tuple[Claim, ...]:
+    if data is None:
+        return ()
+    if not isinstance(data, list):
+        raise _fail(source, "claims", f"expected a list of claims, got {type(data).__name__}")
+    out: list[Claim] = []
+    known = {f.name for f in fields(Claim)}
+    for i, entry in enumerate(data):
+        where = f"claims[{i}]"
+        entry = dict(_section(entry, where, source, known))
+        missing = sorted({"id", "text", "metric", "higher", "cell", "against"} - set(entry))
+        if missing:
+            raise _fail(source, where, f"missing key(s) {', '.join(missing)}")
+        m = entry["metric"]
+        k = re.fullmatch(r"pass@(\d+)", str(m))
+        if not (m in CLAIM_METRICS or m == f"average@{n}" or (k and 1 <= int(k.group(1)) <= n)):
+            raise _fail(source, f"{where}.metric", f"{m!r} is not one of pass@1..pass@{n}, average@{n}, "
+                        f"{', '.join(CLAIM_METRICS)}")
+        if not isinstance(entry["higher"], bool):
+            raise _fail(source, f"{where}.higher", f"expected true or false, got {entry['higher']!r}")
+        against = entry["against"] if isinstance(entry["against"], list) else [entry["against"]]
+        for c in [entry["cell"], *against]:
+            if c not in cells:
+                raise _fail(source, where, f"{c!r} is not a cell; cells: {', '.join(sorted(cells))}")
+        out.append(Claim(**{**entry, "against": tuple(against)}))
+    if len({c.id for c in out}) != len(out):
+        raise _fail(source, "claims", "two claims have the same id")
+    return tuple(out)
 
 
 def _with(t: TrainConfig, **changes: Any) -> TrainConfig:
@@ -363,8 +432,8 @@ def _flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def implied_keys(varied: set[str]) -> set[str]:
-    """Keys that follow from the varied ones: changing the estimator changes which PRL settings exist and
+    """Keys that follow from the varied ones: changing the estimator changes which estimator-specific settings exist and
     (dr_grpo) the std division."""
     if "algorithm.estimator" in varied:
-        return varied | {f"algorithm.{k}" for k in PRL_ONLY} | {"algorithm.normalize_std"}
+        return varied | {f"algorithm.{k}" for k in ESTIMATOR_KEYS} | {"algorithm.normalize_std"}
     return varied

@@ -125,13 +125,69 @@ def study_report(store: Store, study_id: str) -> dict[str, Any]:
     undeclared = sorted(k for k in diffs if k not in allowed)
 
     eta = _eta_sweep(per_cell, stored, varied, f"average@{n}")
+    claims = _claims(store, study_id, config.get("claims") or [], outcomes, common, n)
     return {"study_id": study_id, "status": found[0]["status"], "baseline": baseline, "seeds": seeds,
             "cells": cells, "n": n, "problems": len(common),
             "datasets": sorted({d for d, _ in common}),
             "jobs": [{k: j[k] for k in ("cell", "seed", "train_run_id", "eval_run_id", "status")} for j in jobs],
             "per_cell": per_cell, "paired": paired, "curves": curves, "eta_sweep": eta,
-            "config_differences": diffs, "undeclared_differences": undeclared,
+            "config_differences": diffs, "undeclared_differences": undeclared, "claims": claims,
             "manifest": json.loads(found[0]["manifest"] or "{}")}
+
+
+VERDICTS = ("holds here", "not shown at this scale", "contradicted")
+"""A claim's verdict: the seed-matched 95% CI of the difference excludes 0 in the claimed direction against every
+compared cell / includes 0 somewhere (and nowhere excludes it the other way) / excludes 0 the other way somewhere."""
+
+
+def _claims(store: Store, study_id: str, claims: list[dict[str, Any]], outcomes, common, n: int) -> list[dict[str, Any]]:
+    """Each claim of the study file with its comparisons (cell − other, seed by seed) and its verdict."""
+    if not claims:
+        return []
+    names = sorted({c["metric"] for c in claims if "@" not in c["metric"]})
+    run_metrics: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    for r in store.records("study_run_metrics", study_id=study_id, names=names) if names else []:
+        if r["value"] is not None:
+            run_metrics[(r["cell"], r["seed"])][r["name"]] = float(r["value"])
+
+    def per_seed(cell: str, metric: str) -> dict[int, Any]:
+        if "@" in metric:  # an evaluation figure: per-problem values on the common problems
+            k = None if metric.startswith("average@") else int(metric.split("@")[1])
+            return {s: _metric(p, common, k) for (c, s), p in outcomes.items() if c == cell and common}
+        return {s: m[metric] for (c, s), m in run_metrics.items() if c == cell and metric in m}
+
+    out = []
+    for c in claims:
+        want = 1.0 if c["higher"] else -1.0
+        mine = per_seed(c["cell"], c["metric"])
+        rows = []
+        for other in c["against"]:
+            theirs = per_seed(other, c["metric"])
+            both = sorted(set(mine) & set(theirs))
+            value = (lambda v: float(v.mean())) if "@" in c["metric"] else float
+            diffs = {s: value(mine[s]) - value(theirs[s]) for s in both}
+            ci = seed_ci(list(diffs.values()))
+            row = {"against": other, "seeds": len(both), "per_seed": {str(s): d for s, d in diffs.items()},
+                   "diff": ci["mean"], "lo": ci["lo"], "hi": ci["hi"],
+                   "cell_mean": seed_ci([value(mine[s]) for s in both])["mean"] if both else math.nan,
+                   "against_mean": seed_ci([value(theirs[s]) for s in both])["mean"] if both else math.nan}
+            if "@" in c["metric"] and both:
+                prob = paired_bootstrap_diff(torch.stack([theirs[s] for s in both]).mean(0),
+                                             torch.stack([mine[s] for s in both]).mean(0))
+                row.update(problem_lo=prob["lo"], problem_hi=prob["hi"])
+            lo, hi = sorted((want * ci["lo"], want * ci["hi"]))  # the CI in the claimed direction (NaN: one seed)
+            row["reading"] = "claimed direction" if lo > 0 else "opposite direction" if hi < 0 else "includes 0"
+            rows.append(row)
+        if not rows or any(r["seeds"] < 2 for r in rows):
+            verdict = "not shown at this scale"
+        elif any(r["reading"] == "opposite direction" for r in rows):
+            verdict = "contradicted"
+        elif all(r["reading"] == "claimed direction" for r in rows):
+            verdict = "holds here"
+        else:
+            verdict = "not shown at this scale"
+        out.append({**c, "comparisons": rows, "verdict": verdict})
+    return out
 
 
 def _eta_sweep(per_cell: list[dict[str, Any]], stored: dict[str, dict], varied: dict[str, set[str]],
@@ -203,6 +259,22 @@ def render_markdown(rep: dict[str, Any], *, embedded: bool = False) -> str:
         per = ", ".join(f"s{s}: {_f(v)}" for s, v in p["per_seed"].items())
         lines.append(f"| {p['cell']} | {p['seeds']} | {per} | {_f(p['diff'])} [{_f(p['lo'])}, {_f(p['hi'])}] | "
                      f"[{_f(p['problem_lo'])}, {_f(p['problem_hi'])}] | {p['note']} |")
+    if rep.get("claims"):
+        lines += ["", "## Claims tested", "",
+                  "Each claim's cell against each compared cell, seed by seed (difference = cell − other, 95% CI "
+                  "across seeds; pass@k and average also across problems). *holds here*: the CI excludes 0 in the "
+                  "claimed direction against every compared cell; *contradicted*: it excludes 0 the other way "
+                  "against one; else *not shown at this scale*.", "",
+                  "| claim | metric | against | cell / other (mean over seeds) | difference [CI seeds] | "
+                  "[CI problems] | verdict |", "|---|---|---|---|---|---|---|"]
+        for c in rep["claims"]:
+            pct = "@" in c["metric"]
+            for i, r in enumerate(c["comparisons"]):
+                prob = (f"[{_f(r['problem_lo'])}, {_f(r['problem_hi'])}]" if "problem_lo" in r else "–")
+                lines.append(f"| {_cell(c['text']) if i == 0 else ''} | {c['metric']} | {r['against']} | "
+                             f"{_f(r['cell_mean'], pct)} / {_f(r['against_mean'], pct)} | {_f(r['diff'], pct)} "
+                             f"[{_f(r['lo'], pct)}, {_f(r['hi'], pct)}] | {prob} | "
+                             f"{('**' + c['verdict'] + '**') if i == 0 else ''} |")
     if rep["eta_sweep"]:
         lines += ["", "## η sweep", "", "| η | cell | average [CI seeds] |", "|---|---|---|"]
         for r in rep["eta_sweep"]:
