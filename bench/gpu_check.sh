@@ -506,8 +506,16 @@ info = {"config": {**t, **{k: cfg["algorithm"][k] for k in ("estimator", "n_samp
         "command": "python3 -m prl.training.train --config train.yaml --no-progress", "process_s": int(os.environ["GC_TRAIN_S"]),
         "final": final, "step_lines": step_lines, "steps": steps, "mean_after_first": mean or None,
         "peak_gpu_mem_used_gib_nvidia_smi": gpu_mem, "memory_record": memory_record, "stderr_errors": errors}
+# the engine (vLLM, bf16 kernels) against the trainer: the behaviour-policy mismatch and the off-policy weights
+# that correct it (docs/architecture.md §Off-policy correction), per step
+OFFPOLICY = ("rollout/mismatch_kl", "rollout/is_weight_mean", "rollout/is_weight_max", "rollout/is_clipped_frac",
+             "rollout/logprob_diff_max")
+info["offpolicy"] = [{"step": s["step"], **{k: s.get(k) for k in OFFPOLICY}} for s in steps]
 (work / "train.json").write_text(json.dumps(info, indent=1, default=str))
 print(f"{len(step_lines)} step line(s), {len(steps)} step(s) in train_metrics; final: {final}")
+for o in info["offpolicy"]:
+    print(f"  step {o['step']}: " + ", ".join(f"{k.split('/')[1]} {o[k]:.4g}" if isinstance(o[k], (int, float))
+                                             else f"{k.split('/')[1]} –" for k in OFFPOLICY))
 if not steps:
     raise SystemExit("error: no train_metrics rows for the run")
 PY

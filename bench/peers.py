@@ -507,7 +507,7 @@ def write_trl_fixture(step: dict, trl: dict) -> None:
 TRL_DIFFERENCES = [
     "generation: TRL samples with transformers' generate (use_vllm=False, its CPU path); ours with the engine the "
     "run names: 'hf' (transformers' generate too: like for like) and 'vllm' (vLLM's CPU build, our default)",
-    "reference model: with KL 0 TRL loads none; ours still computes reference log-probs for the kl/ref diagnostic "
+    "reference model: with KL 0 TRL loads none; ours still computes reference log-probs for the actor/kl_ref diagnostic "
     "(one extra no-grad forward pass per micro-batch, inside logprobs_s)",
     "reward: TRL's reward function is a string match of the last \\boxed{} (~0.1 ms a step); ours is the "
     "Math-Verify verifier pool (reward_s)",

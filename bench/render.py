@@ -1124,7 +1124,7 @@ def region_peers(res: Results) -> str:
     measured["trl"] = [st["wall_s"] for run in rl.get("trl_steps", []) for st in run if not st["warmup"]]
     for name, label in (("trl", "TRL (transformers generate)"),
                         ("grpo-noref:hf", "ours GRPO, hf engine, no reference (as TRL's β = 0)"),
-                        ("grpo:hf", "ours GRPO, hf engine, reference pass (kl/ref logged)"),
+                        ("grpo:hf", "ours GRPO, hf engine, reference pass (actor/kl_ref logged)"),
                         ("prl:hf", "ours PRL, hf engine"), ("grpo:vllm", "ours GRPO, vLLM engine (default)")):
         if name not in sm:
             continue
@@ -1393,6 +1393,74 @@ def region_cli(res: Results) -> str:
     return "\n".join(lines)
 
 
+def region_study_frpo_v2(res: Results) -> str:
+    """The study of paper v2's claims (configs/study/frpo_v2.yaml): pass@1 and pass@16 per arm, and each claim's
+    comparisons and verdict, as the study's own report computed them."""
+    r = res.get("study_frpo_v2")
+    if r is None:
+        return missing("study_frpo_v2", "python bench/study.py --config configs/study/frpo_v2.yaml")
+    rep = r["report"]
+    n = rep["n"]
+    done = sum(j["status"] == "finished" for j in rep["jobs"])
+    seeds_done = {c: sum(j["status"] == "finished" for j in rep["jobs"] if j["cell"] == c) for c in rep["cells"]}
+    lines = [f"`prl study --config {r['config']}`: {len(rep['cells'])} arms × {len(rep['seeds'])} seeds "
+             f"({done} of {len(rep['jobs'])} jobs finished) in {duration(r['seconds'])}, commit {r['commit'] or '?'}; "
+             f"{rep['problems']} held-out problems ({', '.join(rep['datasets'])}) × n = {n}. "
+             f"{machine_detail(r['machine'])}.", ""]
+
+    def ci(c):
+        if c is None:
+            return "—"
+        if c["seed_lo"] != c["seed_lo"]:
+            return f"{100 * c['mean']:.1f}"
+        return f"{100 * c['mean']:.1f} [{100 * c['seed_lo']:.1f}, {100 * c['seed_hi']:.1f}]"
+
+    by = {(c["cell"], c["metric"]): c for c in rep["per_cell"]}
+    lines += table(["arm", "seeds", "pass@1 % [95% CI across seeds]", f"pass@{n} % [CI seeds]"],
+                   [[f"`{c}`", str(seeds_done[c]), ci(by.get((c, "pass@1"))), ci(by.get((c, f"pass@{n}")))]
+                    for c in rep["cells"]])
+    rows = []
+    for c in rep.get("claims", []):
+        pct = "@" in c["metric"]
+
+        def f(x):
+            return "—" if x is None or x != x else (f"{100 * x:+.1f}" if pct else f"{x:+.3g}")
+        for i, cmp in enumerate(c["comparisons"]):
+            rows.append([c["text"] if i == 0 else "", f"`{c['metric']}`", f"`{cmp['against']}`", str(cmp["seeds"]),
+                         f"{f(cmp['diff'])} [{f(cmp['lo'])}, {f(cmp['hi'])}]", f"**{c['verdict']}**" if i == 0 else ""])
+    lines += ["", "Each claim: FRPO against each loss-side KL arm, seed by seed (FRPO − other; pp for pass@k; 95% CI "
+              "across seeds). *holds here* when the CI excludes 0 in the claimed direction against both arms, "
+              "*contradicted* when it excludes 0 the other way against one, else *not shown at this scale*.", ""]
+    lines += table(["claim (arXiv 2601.10201v2)", "metric", "against", "seeds", "difference [CI seeds]", "verdict"],
+                   rows)
+    return "\n".join(lines)
+
+
+def region_monitors(res: Results) -> str:
+    """The online monitors on real runs (bench/monitors.py): a healthy run, the same run with a planted
+    learning rate 100x too high (warn), and again with ``on_alert: stop``; each run's alerts and the monitors'
+    cost against the step time."""
+    r = res.get("monitors")
+    if r is None:
+        return missing("monitors", "python bench/monitors.py")
+    s = r["settings"]
+    lines = [f"{s['steps']} steps each, evaluation every {s['eval_every']} steps; healthy lr {s['healthy_lr']:g}, "
+             f"planted lr {s['planted_lr']:g}. {machine_detail(r['machine'])}.", ""]
+    rows = []
+    for name, run in r["runs"].items():
+        alerts = "; ".join(f"step {a['step']} `{a['monitor']}`" for a in run["alerts"]) or "none"
+        stopped = "—" if run["stopped_at_step"] is None else f"step {run['stopped_at_step']}"
+        c = run["cost"]
+        rows.append([f"`{name}`", f"{run['lr']:g}", f"`{run['on_alert']}`", run["status"], str(run["steps_done"]),
+                     stopped, alerts, f"{100 * c['ratio']:.2f}%"])
+    lines += table(["run", "lr", "on_alert", "status", "steps", "stopped at", "alerts", "monitor + IS cost / step time"],
+                   rows)
+    lines += ["", f"Healthy run silent: {met(r['healthy_silent'])}; planted run fires: {met(r['planted_fires'])}; "
+              f"stop run ends cleanly after a checkpoint: {met(r['stop_clean'])}; cost at most "
+              f"{100 * r['max_ratio']:.2f}% of step time (goal ≤ {100 * r['goal_ratio']:.0f}%)."]
+    return "\n".join(lines)
+
+
 REGIONS: dict[str, Callable[[Results], str]] = {
     "status": region_status, "demo": region_demo, "performance": region_performance, "reliability": region_reliability,
     "summary": region_summary, "advantages": region_advantages, "generation": region_generation, "verify": region_verify,
@@ -1401,14 +1469,14 @@ REGIONS: dict[str, Callable[[Results], str]] = {
     "study": region_study, "peers": region_peers, "suite": region_suite, "suite_time": region_suite_time,
     "memory": region_memory, "smollm2_train": region_smollm2_train, "verifier_forms": region_verifier_forms,
     "reproducibility": region_reproducibility,
-    "cli": region_cli,
+    "cli": region_cli, "study_frpo_v2": region_study_frpo_v2, "monitors": region_monitors,
 }
 EXPECTED = {
     "README.md": ("suite_time", "status", "demo", "reproducibility", "performance", "reliability", "external", "study",
-                  "smollm2_train"),
+                  "study_frpo_v2", "smollm2_train"),
     "bench/RESULTS.md": ("summary", "advantages", "generation", "real_model", "verify", "verifier_forms", "store", "store_10m", "relevance",
                          "external", "train_step", "dashboard", "load", "faults", "study", "peers", "suite", "memory",
-                         "smollm2_train", "cli"),
+                         "smollm2_train", "cli", "study_frpo_v2", "monitors"),
 }
 
 REGION_RE = re.compile(r"<!-- figures:(?P<name>[a-z][a-z0-9_-]*) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
@@ -1497,7 +1565,8 @@ check inside that run: bench/suite.py sets it for the suite it times, whose own 
 would otherwise always find the suite record they are about to replace stale. Nothing else sets it."""
 
 WRITERS: dict[str, tuple[str, str]] = {"store_10m": ("bench/store.py", "CODE"), "faults": ("bench/run_all.py", "FAULTS_CODE"),
-                                       "reproducibility": ("bench/run_all.py", "FAULTS_CODE")}
+                                       "reproducibility": ("bench/run_all.py", "FAULTS_CODE"),
+                                       "study_frpo_v2": ("bench/study.py", "V2_CODE")}
 """Where a results file's code paths are declared when it is not ``CODE`` in ``bench/<name>.py``."""
 
 

@@ -56,7 +56,7 @@ TARGET_INGEST_S, TARGET_QUERY_MS = 10.0, 300.0
 TRAIN_RUN = "train"
 """The training run (metrics, rollouts, segments); the first :data:`TRAIN_EVALS` evaluation runs are its evaluations."""
 TRAIN_STEPS, TRAIN_EVALS, INSPECTED = 500, 5, 4
-METRICS = ("reward/mean", "reward/accuracy", "kl/ref", "actor/entropy", "actor/clipfrac", "response/length",
+METRICS = ("reward/mean", "reward/accuracy", "actor/kl_ref", "actor/entropy", "actor/clipfrac", "response/length",
            "prl/rho_mean", "prl/rho_std", "time/step")
 IMPORT_RUN = "import-0"
 """An imported run (another tool's generations of every problem × 8) with the source's own per-row labels."""

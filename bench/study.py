@@ -1,7 +1,9 @@
-"""The embedded study, recorded: `prl study --config configs/study/embedded.yaml` from nothing.
+"""The embedded study, recorded: `prl study --config configs/study/embedded.yaml` from nothing; and the study of
+paper v2's claims (`configs/study/frpo_v2.yaml`: FRPO against GRPO, loss-side KL k1/k3, fused KL, step PRL).
 
     python bench/study.py                   # ~50 min on 2 cores (machines differ ~3x); not part of CI
     python bench/study.py --out runs/study-bench --keep
+    python bench/study.py --config configs/study/frpo_v2.yaml      # → bench/results/study_frpo_v2.json
 
 Runs the study in a fresh output directory (the config's out_dir and store are redirected there),
 then writes bench/results/study.json: the study's own report (per-cell average@n and pass@k with CIs
@@ -35,6 +37,13 @@ CODE = ("bench/study.py", "prl/studies", "flows", "prl/training", "prl/evaluatio
 """The code this benchmark measures: its results file records these paths (bench/common.py's write_json),
 and ``python bench/render.py --check`` fails once one of them changes after the recorded commit."""
 
+V2_CODE = ("bench/study.py", "prl/studies", "flows", "prl/training", "prl/evaluation", "prl/generation", "prl/grading",
+           "prl_core", "prl/store", "prl_cli/study.py", "configs/study/frpo_v2.yaml")
+"""The same for the v2 study (``bench/results/study_frpo_v2.json``)."""
+
+RESULTS = {"embedded": ("study", CODE), "frpo_v2": ("study_frpo_v2", V2_CODE)}
+"""Study id → (results file name, the code it measures)."""
+
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
 
 
@@ -62,11 +71,12 @@ def record(config: str, out: Path, study_id: str, seconds: float | None, machine
     report.pop("curves", None)  # per-step rows: in the study's store, not in the results file
     ph = phases(out / "store.duckdb", study_id)
     total = seconds if seconds is not None else ph["warm_start"] + ph["jobs"]
-    write_json("study", {"config": str(Path(config).resolve().relative_to(ROOT)), "seconds": round(total, 1),
-                         "phases": ph, "machine": machine,
-                         "commit": report.get("manifest", {}).get("git", {}).get("commit"), "report": report}, code=CODE)
+    name, code = RESULTS.get(study_id, (f"study_{study_id}", CODE))
+    write_json(name, {"config": str(Path(config).resolve().relative_to(ROOT)), "seconds": round(total, 1),
+                      "phases": ph, "machine": machine,
+                      "commit": report.get("manifest", {}).get("git", {}).get("commit"), "report": report}, code=code)
     render_all()
-    print(f"[study] {total / 60:.1f} min; bench/results/study.json written", file=sys.stderr)
+    print(f"[study] {total / 60:.1f} min; bench/results/{name}.json written", file=sys.stderr)
 
 
 def main() -> int:
