@@ -172,8 +172,10 @@ def provenance(code: Sequence[str]) -> dict[str, object]:
     the benchmark started), ``code`` (the paths, sorted), ``dirty`` (True when any of those paths had
     uncommitted changes, staged or not, or untracked files, when the benchmark started or when it wrote
     its results, or when a commit that landed in between changed them;
-    None outside a git checkout), ``dirty_paths`` (what was uncommitted) and ``command`` (the command line
-    that ran it). A path that does not exist
+    None outside a git checkout), ``dirty_paths`` (what was uncommitted), ``content`` (each path's git object
+    id at that commit: a file's blob, a folder's tree; content-addressed, so a clone that lacks the commit —
+    a squash, a rebase, a history rewritten — can still tell whether the measured code is the code it has)
+    and ``command`` (the command line that ran it). A path that does not exist
     is an error: a misspelt declaration would otherwise cover nothing.
     """
     paths = sorted(dict.fromkeys(str(Path(c)).rstrip("/") for c in code))
@@ -196,7 +198,18 @@ def provenance(code: Sequence[str]) -> dict[str, object]:
             changed = sorted(moved.stdout.split()) if moved is not None and moved.returncode == 0 else ["?"]
             dirty.append(f"HEAD moved from {commit[:12]} to {(now or '?')[:12]} during the run, changing "
                          + ", ".join(changed))
-    return {"commit": commit, "dirty": bool(dirty), "dirty_paths": dirty, "code": paths, "command": command()}
+    return {"commit": commit, "dirty": bool(dirty), "dirty_paths": dirty, "code": paths,
+            "content": content_ids(commit, paths), "command": command()}
+
+
+def content_ids(commit: str, paths: Sequence[str]) -> dict[str, str | None]:
+    """Each path's git object id at ``commit`` (``git rev-parse COMMIT:PATH``: a blob for a file, a tree for a
+    folder); None for a path that commit lacks."""
+    ids: dict[str, str | None] = {}
+    for path in paths:
+        r = _git("rev-parse", "--verify", "-q", f"{commit}:{path}")
+        ids[path] = r.stdout.strip() if r is not None and r.returncode == 0 and r.stdout.strip() else None
+    return ids
 
 
 def command() -> str:

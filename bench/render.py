@@ -1628,6 +1628,21 @@ def _changed(root: Path, commit: str, code: list[str]) -> list[str]:
     return sorted(p if p in in_head else f"{p} (uncommitted)" for p in paths)
 
 
+def _changed_by_content(root: Path, content: dict[str, str | None]) -> list[str]:
+    """Declared paths whose git object id in HEAD is not the one recorded (bench/common.py ``content_ids``), and
+    paths under them that differ only in the working tree, marked "(uncommitted)"."""
+    changed = []
+    for path, recorded in sorted(content.items()):
+        rc, now = _git(root, "rev-parse", "--verify", "-q", f"HEAD:{path}")
+        if (now if rc == 0 and now else None) != recorded:
+            changed.append(path)
+    paths = list(content)
+    _, vs_head = _git(root, "diff", "--name-only", "--no-renames", "HEAD", "--", *paths)
+    _, untracked = _git(root, "ls-files", "--others", "--exclude-standard", "--", *paths)
+    changed += sorted({f"{p} (uncommitted)" for p in vs_head.splitlines() + untracked.splitlines() if p})
+    return changed
+
+
 def _judge(root: Path, head: str, where: str, prov: dict) -> list[str]:
     """Why the results recorded under ``prov`` (a provenance, bench/common.py) do not back a figure of the code in
     ``root``; empty when they do."""
@@ -1640,8 +1655,17 @@ def _judge(root: Path, head: str, where: str, prov: dict) -> list[str]:
         return [f"{where}: recorded with uncommitted changes to the code it measures ({what}): commit, then re-record "
                 f"it (`{command}`)"]
     if _git(root, "cat-file", "-e", f"{commit}^{{commit}}")[0] != 0:
-        return [f"{where}: recorded at commit {commit[:12]}, which this clone does not have (history rewritten, or "
-                f"fetched only in part): cannot tell whether it is stale; re-record it (`{command}`)"]
+        content = prov.get("content")
+        if not isinstance(content, dict) or sorted(content) != sorted(code):
+            return [f"{where}: recorded at commit {commit[:12]}, which this clone does not have (history rewritten, "
+                    f"or fetched only in part), and without the content ids of what it measured: cannot tell "
+                    f"whether it is stale; re-record it (`{command}`)"]
+        changed = _changed_by_content(root, content)
+        if not changed:
+            return []
+        return [f"{where}: stale: the code it measures differs from what commit {commit[:12]} (not in this clone; "
+                "compared by the content ids it recorded) held: " + ", ".join(changed[:8])
+                + (f" … ({len(changed)} paths)" if len(changed) > 8 else "") + f"; re-record it (`{command}`)"]
     changed = _changed(root, commit, code)
     if not changed:
         return []

@@ -40,8 +40,16 @@ class Parser(argparse.ArgumentParser):
     """argparse's parser, whose errors are one line (as every other ``prl`` error), naming where the options are
     explained instead of printing the usage."""
 
+    help_epilog = None
+    """A function giving text for the end of ``--help``, called only when the help is printed (``prl train``
+    lists prl_core's estimators and divergences, which import torch: building the parser must not)."""
+
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        return text + "\n" + self.help_epilog() if self.help_epilog is not None else text
 
 
 def command_module(name: str):

@@ -115,7 +115,8 @@ example:
   prl train --config configs/train/tiny_prl.yaml --resume
   prl train --config configs/train/paper_qwen2.5_math_1.5b.yaml --dry-run --gpus-per-node 4
   prl train --config configs/train/paper_qwen2.5_math_7b.yaml --dry-run --gpus-per-node 8 --device H100-80GB --format json
-""" + "\n" + estimators_epilog())
+""")
+    p.help_epilog = estimators_epilog  # at --help time: listing them imports torch
     add_run_arguments(p)  # the same options as the training script (prl.training.config)
     add_config_arguments(p, OutputOptions)
     add_config_arguments(p, DryRunOptions)

@@ -150,7 +150,7 @@ def test_every_commands_options_are_the_fields_of_its_records():
     from prl.generation.engines.base import SamplingConfig
     from prl.imports.run import ImportConfig
     from prl.options import flag_names
-    from prl.training.config import OVERRIDES, SFTConfig
+    from prl.training.config import ALGORITHM_OVERRIDES, OVERRIDES, SFTConfig
     from prl_cli import (common, config, dashboard, data, demo, generate, model, report, selfcheck, sql, study,
                          train, verify)
 
@@ -176,7 +176,7 @@ def test_every_commands_options_are_the_fields_of_its_records():
                     got = options[f.name].default
                     assert (tuple(got) if isinstance(got, list) else got) == f.default, (command, f.name)
     train_options = {d for d in _options(["train"]) if d != "help"}
-    assert train_options == {"config", "resume", *OVERRIDES, *flag_names(common.OutputOptions),
+    assert train_options == {"config", "resume", *OVERRIDES, *ALGORITHM_OVERRIDES, *flag_names(common.OutputOptions),
                              *flag_names(train.DryRunOptions)}
     assert all(isinstance(a, argparse.Action) for a in _options(["eval"]).values())
 

@@ -468,9 +468,23 @@ def test_a_recorded_commit_that_is_not_an_ancestor_is_judged_by_content(repo):
     assert len(failures) == 1 and "not an ancestor of HEAD" in failures[0] and "pkg/mod.py" in failures[0]
 
 
-def test_a_commit_the_clone_lacks_and_a_shallow_clone_fail_with_a_message(repo, tmp_path):
+def test_a_commit_the_clone_lacks_is_judged_by_its_content_ids_and_a_shallow_clone_fails(repo, tmp_path):
     data = _record(repo)
-    data["provenance"]["commit"] = "0" * 40
+    ids = {p: _git(repo, "rev-parse", f"HEAD:{p}") for p in ("bench/x.py", "pkg")}
+    assert data["provenance"]["content"] == ids  # a file's blob, a folder's tree
+    data["provenance"]["commit"] = "0" * 40  # recorded at a commit this clone lacks (a squash, a lost branch)
+    (repo / "bench/results/x.json").write_text(json.dumps(data))
+    assert _stale(repo) == ([], [])  # the content it measured is the content here
+    (repo / "pkg" / "mod.py").write_text("X = 9\n")
+    failures, _ = _stale(repo)
+    assert len(failures) == 1 and "compared by the content ids it recorded" in failures[0]
+    assert "pkg (uncommitted)" not in failures[0] and "pkg/mod.py (uncommitted)" in failures[0]
+    _commit(repo, {}, "change the measured module")
+    failures, _ = _stale(repo)
+    assert len(failures) == 1 and "held: pkg;" in failures[0] and "python bench/x.py" in failures[0]
+    _commit(repo, {"pkg/mod.py": "X = 1\n"}, "change it back")
+    assert _stale(repo) == ([], [])
+    del data["provenance"]["content"]  # a record from before content ids: nothing to compare with
     (repo / "bench/results/x.json").write_text(json.dumps(data))
     failures, _ = _stale(repo)
     assert len(failures) == 1 and "which this clone does not have" in failures[0]

@@ -285,25 +285,28 @@ ALGORITHM_OVERRIDES = ("estimator", "divergence", "eta", "step_split", "order", 
 def add_run_arguments(parser) -> None:
     """The options `prl train` and ``python -m prl.training.train`` share: the config file, --resume
     and the :data:`OVERRIDES` and :data:`ALGORITHM_OVERRIDES` (every default: the config file's)."""
-    from prl_core.divergences import DIVERGENCES
-    from prl_core.estimators import estimator_names
-    from prl_core.offpolicy import IS_MODES
-
     parser.add_argument("--config", required=True, help="YAML with algorithm:, train: and (optionally) monitors: "
                         "sections")
     add_config_arguments(parser, TrainConfig, OVERRIDES, from_file=True, aliases={"out_dir": ("--out",)})
     group = parser.add_argument_group("algorithm (over the config file's algorithm: section)")
-    add_config_arguments(group, AlgorithmConfig, ALGORITHM_OVERRIDES, from_file=True,
-                         choices={"estimator": estimator_names(), "divergence": tuple(DIVERGENCES),
-                                  "kl_estimator": ("k1", "k2", "k3"), "rollout_is": IS_MODES})
+    # no argparse choices: listing them imports torch (prl_core's registries), and `prl --help` must not; the
+    # config refuses an unknown name with the list (AlgorithmConfig), and `prl train --help` ends with it
+    add_config_arguments(group, AlgorithmConfig, ALGORITHM_OVERRIDES, from_file=True)
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the out directory")
 
 
 def estimators_epilog() -> str:
-    """The registered estimators, one line each (`prl train --help`)."""
+    """The registered estimators and divergences, one line each, and the other algorithm options' values (the end
+    of `prl train --help`)."""
+    from prl_core.divergences import DIVERGENCES
     from prl_core.estimators import ESTIMATORS
+    from prl_core.losses import KL_ESTIMATORS
+    from prl_core.offpolicy import IS_MODES
 
-    return "estimators:\n" + "\n".join(f"  {e.name:<14} {e.summary}" for e in ESTIMATORS.values())
+    return ("estimators (--estimator):\n" + "\n".join(f"  {e.name:<14} {e.summary}" for e in ESTIMATORS.values())
+            + "\n\ndivergences (--divergence, for frpo):\n"
+            + "\n".join(f"  {d.name:<14} {d.reads}" for d in DIVERGENCES.values())
+            + f"\n\n--kl-estimator: {', '.join(KL_ESTIMATORS)}; --rollout-is: {', '.join(IS_MODES)}\n")
 
 
 def run_config_from_args(args) -> RunConfig:

@@ -68,7 +68,7 @@ from prl_core.boundaries import parse_split, segment_bounds
 from prl import log_routing
 from prl.data import synthetic
 from prl.data.datasets import load_dataset
-from prl.evaluation.config import EvalConfig
+from prl.evaluation.config import EvalConfig, split_spec
 from prl.fault_points import fault_point
 from prl.evaluation.evaluate import run_evaluation_across_ranks
 from prl.generation.engines import Engine, SamplingConfig, check_model_dir, make_engine
@@ -632,15 +632,19 @@ class Trainer:
         return bool(dist.broadcast(question() if self.rank == 0 else None, self.world))
 
     def _evaluation_due(self) -> bool:
-        """Whether the step just finished is a periodic evaluation step whose evaluation is not stored as finished
-        (after a resume: the run was killed after that step's checkpoint, before or during its evaluation)."""
+        """Whether the step just finished is a periodic evaluation step whose evaluation is not stored as finished,
+        or whose ``eval/…`` and ``heldout/…`` metrics are not stored yet (after a resume: the run was killed after
+        that step's checkpoint, before, during or just after its evaluation). Evaluating again resumes a finished
+        evaluation run without generating anything, then measures the held-out diagnostics with the checkpoint's
+        weights, so the step's metrics are those of an uninterrupted run."""
         t = self.train_cfg
         if not (t.eval_datasets and t.eval_every and self.step_no % t.eval_every == 0 and 0 < self.step_no < t.steps):
             return False
 
         def unfinished() -> bool:
             run = self.store.records("get_run", run_id=exports.eval_run_id(self.run_id, self.step_no))
-            return not run or run[0]["status"] != "finished"
+            recorded = 0 < self.step_no <= len(self.history) and "eval/average" in self.history[self.step_no - 1]
+            return not run or run[0]["status"] != "finished" or not recorded
         return self._on_rank0(unfinished)
 
     def _drop_rows_after(self, step: int) -> None:
@@ -685,7 +689,7 @@ class Trainer:
         t = self.train_cfg
         if not (t.heldout_problems and t.eval_datasets):
             return {}
-        problems, _ = load_dataset(t.eval_datasets[0])
+        problems, _ = load_dataset(split_spec(t.eval_datasets[0])[0])  # 'synth_test:6': the data set, not its limit
         problems = problems[:t.heldout_problems]
         mine = problems[self.rank::self.world]
         prompts = self.rollout_engine.build_prompts([p.problem for p in mine])
@@ -712,6 +716,10 @@ class Trainer:
             out.update({"heldout/kl_ref": k3_sum / max(tokens, 1.0), "heldout/drift": drift_sum / max(len(rollouts), 1)})
         return dist.all_reduce_mean(out, self.world, self.device)
 
+    EVALUATION_METRICS = ("eval/", "heldout/")
+    """The prefixes of the train metrics :meth:`record_evaluation` writes: a step's evaluation, stored after the
+    step's own metrics (a run killed between them resumes by evaluating that step again)."""
+
     def record_evaluation(self, step: int, extra: dict[str, float] | None = None) -> dict[str, float]:
         """The evaluation of ``step``'s policy as that step's ``eval/…`` train metrics (unbiased pass@k for
         ``train.eval_k``, the average: :func:`prl.evaluation.report.eval_metrics`, the figures ``prl report``
@@ -726,8 +734,9 @@ class Trainer:
     # ---- 3l. the monitors: alerts at the onsets of a run going wrong ----------------------------------
 
     def load_history(self) -> None:
-        """Rank 0, on resume: the monitors' history of the finished steps from the store (evaluations that
-        finished but whose metrics were not stored yet are recorded now) and the alerts already stored."""
+        """Rank 0, on resume: the monitors' history of the finished steps from the store and the alerts already
+        stored. (An evaluation whose metrics were not stored yet is the checkpoint's own: :meth:`_evaluation_due`
+        and the final evaluation record it, with its held-out diagnostics.)"""
         if self.store is None:
             return
         rows = self.store.records("train_metrics_for_runs", run_ids=[self.run_id])
@@ -736,12 +745,6 @@ class Trainer:
             if r["step"] <= self.step_no:
                 by_step.setdefault(r["step"], {})[r["name"]] = float("nan") if r["value"] is None else r["value"]
         self.history = [by_step.get(i, {}) for i in range(1, self.step_no + 1)]
-        t = self.train_cfg
-        for step in range(1, self.step_no + 1):
-            if t.eval_datasets and t.eval_every and step % t.eval_every == 0 and "eval/average" not in self.history[step - 1]:
-                run = self.store.records("get_run", run_id=exports.eval_run_id(self.run_id, step))
-                if run and run[0]["status"] == "finished":
-                    self.record_evaluation(step)
         self._alerted = {(a["step"], a["monitor"]) for a in self.store.records("alerts_for_runs", run_ids=[self.run_id])}
 
     def watch(self) -> bool:

@@ -67,8 +67,11 @@ class Schedule:
 
 def train_state(db: Path, out_dir: Path, sched: Schedule, ref_steps: dict[int, set[str]]) -> dict[str, Any]:
     """What a killed training left: asserts whole steps only (contiguous, every reference metric of each step),
-    and that the checkpoint ``latest`` names loads; returns the observables the stage is derived from."""
+    and that the checkpoint ``latest`` names loads; returns the observables the stage is derived from. A step's
+    evaluation metrics are all there or none (a kill between the step's write and its evaluation's)."""
     import torch
+
+    from prl.training.train import Trainer
 
     store = Store(db, create=False, lock_timeout_s=30) if db.exists() else None
     steps: dict[int, set[str]] = {}
@@ -76,7 +79,10 @@ def train_state(db: Path, out_dir: Path, sched: Schedule, ref_steps: dict[int, s
         for _run, step, name, _v in store.rows("train_metrics_for_runs", run_ids=[sched.run_id]):
             steps.setdefault(step, set()).add(name)
     assert sorted(steps) == list(range(1, len(steps) + 1)), f"{sched.run_id}: steps not contiguous: {sorted(steps)}"
-    partial = [s for s, names in steps.items() if names != ref_steps[s]]
+    def own(names: set[str]) -> set[str]:  # a step's own metrics, without its evaluation's (stored after them)
+        return {n for n in names if not n.startswith(Trainer.EVALUATION_METRICS)}
+    partial = [s for s, names in steps.items()
+               if own(names) != own(ref_steps[s]) or names - own(names) not in (set(), ref_steps[s] - own(ref_steps[s]))]
     assert not partial, f"{sched.run_id}: steps {partial} stored partially (or with other metric names)"
     ckpt = out_dir / "checkpoints"
     tags = sorted(int(p.name.split("_")[1]) for p in ckpt.glob("step_*") if p.is_dir())
