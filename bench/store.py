@@ -242,6 +242,10 @@ def dashboard_and_report_queries(db: Path, work: Path) -> tuple[dict, dict]:
         params = dict(known)
         if "sample_idx" in _binds(sql) and "sample_idx" not in known:
             params.update(_one_listed_sample(store))  # a query about one sample (the case view): a listed one
+        if "names" in _binds(sql) and "names" not in known:  # a study's claims: the run metrics they may name
+            from prl.studies.config import CLAIM_METRICS
+
+            params["names"] = list(CLAIM_METRICS)
         missing = [b for b in _binds(sql) if b not in params]
         if missing:
             raise SystemExit(f"query {name!r} ({', '.join(where)}) takes {missing}, which no recorded call passed")
