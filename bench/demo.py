@@ -13,7 +13,8 @@ cache as a user's second install would; whether the cache was warm is recorded (
 dashboard*).
 
 Checks what the demo is built to show (every row of the budget stored; PRL's held-out synthetic average
-above the warm start's, mostly by showing its working more often), writes bench/results/demo.json (the
+above the warm start's, mostly by showing its working more often; no run monitor alert in its training runs,
+each run's ``train_alerts`` rows recorded as ``alerts``), writes bench/results/demo.json (the
 demo's own result file OUT/demo_result.json — commit, machine, phase times, held-out averages with CIs,
 paired comparisons — plus the end-to-end phases and what the span covers) and re-renders the figures of
 README.md and bench/RESULTS.md. The CI suite runs the demo at its --small budget (tests/test_demo.py).
@@ -61,7 +62,24 @@ def check(result: dict) -> list[str]:
     held = result["held_out"]
     if (held["prl"]["working_share"] or 0) < (held["warm_start"]["working_share"] or 0) + 0.10:
         problems.append("PRL does not show its working clearly more often than the warm start")
+    alerted = {run: [a["monitor"] for a in rows] for run, rows in result.get("alerts", {}).items() if rows}
+    if not result.get("alerts"):
+        problems.append("the demo's store holds no training run whose alerts could be read")
+    elif alerted:
+        problems.append(f"the demo's own training runs tripped the run monitors: {alerted}")
     return problems
+
+
+def demo_alerts(db: Path) -> dict[str, list[dict]]:
+    """Each training run of the demo's store → the online monitors' alerts it recorded (its ``train_alerts`` rows;
+    docs/architecture.md §Runs that say when they go wrong). The demo's own runs are built to trip none."""
+    from prl.store.db import Store
+
+    with Store(db, create=False) as store:
+        runs = [r["run_id"] for r in store.records("list_runs") if r["kind"] == "train"]
+        rows = store.records("alerts_for_runs", run_ids=runs)
+    return {run: [{k: a[k] for k in ("step", "monitor", "message")} for a in rows if a["run_id"] == run]
+            for run in runs}
 
 
 def _pip_cache_mib() -> float | None:
@@ -169,6 +187,7 @@ def main() -> int:
     result = json.loads((out / "demo_result.json").read_text())
     if not args.in_place:
         end_to_end["dashboard_first_page"] = round(first_page_seconds(prl, out / "store.duckdb", checkout, env), 1)
+    result["alerts"] = demo_alerts(out / "store.duckdb")
     failed = check(result)
     result["checks"] = {"passed": not failed, "problems": failed}
     result["pipeline_seconds"] = result["seconds"]  # the flow's own span, data → report

@@ -381,6 +381,14 @@ def region_demo(res: Results) -> str:
             verdict = "within noise: the CI includes 0" if lo <= 0 <= hi else "the CI excludes 0"
             rows.append([name, pp(_check_diff(f"paired.{name}.diff", p["diff"])), f"[{pp(lo)}, {pp(hi)}]", verdict])
         lines += table(["comparison", "difference", "95% CI", ""], rows)
+    alerts = demo.get("alerts")
+    if alerts is not None:  # recorded since issue 35: the run monitors read the demo's own training runs
+        fired = {run: rows for run, rows in alerts.items() if rows}
+        lines += ["", "Run monitors (docs/architecture.md §Runs that say when they go wrong) on the demo's training runs "
+                  f"({', '.join(f'`{r}`' for r in alerts)}): "
+                  + ("no alert." if not fired else "; ".join(f"`{r}`: " + ", ".join(f"step {a['step']} `{a['monitor']}`"
+                                                                                     for a in rows)
+                                                          for r, rows in fired.items()))]
     return "\n".join(lines)
 
 
