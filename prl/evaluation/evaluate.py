@@ -242,7 +242,9 @@ def run_evaluation_across_ranks(cfg: EvalConfig, *, engine: Engine, rank: int, w
                                 pool: VerifierPool | None = None,
                                 log: Callable[[str], None] = print) -> dict[str, Any] | None:
     """One run evaluated by ``world`` processes that each hold an engine serving ``cfg.model`` (a training
-    run's ranks): rank 0 registers the run and plans its pending problems as ``world`` contiguous shards; each
+    run's ranks): rank 0 registers the run and deals its pending problems round-robin into ``world`` shards
+    (:func:`shards.deal_shards`: every rank the same share of each data set, so no rank holds all the long
+    responses); each
     rank generates and verifies its shard into a shard file with its own engine (:func:`shards.run_shard`);
     rank 0 stores every file and finishes the run. No rank waits longer than the slowest shard takes.
 
@@ -252,11 +254,10 @@ def run_evaluation_across_ranks(cfg: EvalConfig, *, engine: Engine, rank: int, w
     """
     run = start_run(cfg, log) if rank == 0 else None
     plan = share(None if run is None else {
-        "run_id": run.run_id, "keys": [(p.dataset, p.problem_id) for p in run.pending],
-        "per_shard": max(1, -(-len(run.pending) // world))})
+        "run_id": run.run_id, "keys": [(p.dataset, p.problem_id) for p in run.pending]})
     problems = run.problems if run is not None else load_problems(cfg, lambda _m: None)
     by_key = {(p.dataset, p.problem_id): p for p in problems}
-    shards = sh.plan_shards([by_key[k] for k in plan["keys"]], plan["per_shard"])
+    shards = sh.deal_shards([by_key[k] for k in plan["keys"]], world)
     directory = sh.shard_dir(cfg.db, plan["run_id"], cfg.shard_dir)
     directory.mkdir(parents=True, exist_ok=True)
     mine: Any = None

@@ -39,10 +39,11 @@ class ShardError(StoreError):
 
 @dataclass(frozen=True)
 class Shard:
-    """A contiguous range of a run's pending problems and the file its samples go to."""
+    """A share of a run's pending problems and the file its samples go to."""
 
     name: str
-    """``shard-<first>-<last>-<hash of the problem keys>`` (positions in the pending list)."""
+    """``shard-<first>-<last>-<hash of the problem keys>`` (a contiguous range: positions in the pending list), or
+    ``shard-r<i>of<world>-<hash>`` (every world-th problem from position i: :func:`deal_shards`)."""
     problems: tuple[Problem, ...]
     """The shard's problems, in run order."""
 
@@ -63,6 +64,25 @@ def plan_shards(pending: Sequence[Problem], shard_problems: int) -> list[Shard]:
         keys = "\n".join(f"{p.dataset}\t{p.problem_id}" for p in part)
         digest = hashlib.sha256(keys.encode()).hexdigest()[:8]
         shards.append(Shard(f"shard-{start:06d}-{start + len(part) - 1:06d}-{digest}", part))
+    return shards
+
+
+def deal_shards(pending: Sequence[Problem], world: int) -> list[Shard]:
+    """``pending`` dealt round-robin into ``world`` shards (shard i: positions i, i + world, …), for ranks that
+    each take one: the data sets of a run follow each other (MATH500's short answers first, OlympiadBench's
+    and AIME's long ones last), so contiguous ranges would leave the last ranks the longest responses and
+    every other rank waiting for them; dealt, each rank gets the same share of every data set, ±1 problem.
+    Empty shards are left out (fewer problems than ranks)."""
+    if world < 1:
+        raise ValueError(f"world: must be >= 1, got {world}")
+    shards = []
+    for i in range(world):
+        part = tuple(pending[i::world])
+        if not part:
+            continue
+        keys = "\n".join(f"{p.dataset}\t{p.problem_id}" for p in part)
+        digest = hashlib.sha256(keys.encode()).hexdigest()[:8]
+        shards.append(Shard(f"shard-r{i:04d}of{world:04d}-{digest}", part))
     return shards
 
 

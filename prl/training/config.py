@@ -126,6 +126,16 @@ class TrainConfig:
     1 and eval_n), beside eval/average (the independent task metric the monitors read)."""
     segments_per_step: int = 4
     """Rollouts per step whose per-segment S and ρ go to prl_segments."""
+    dist_timeout_min: int = 60
+    """Minutes a collective may wait before the process group aborts the run (DeepSpeed's and torch's groups;
+    DeepSpeed's own default is 10). Other ranks wait in a barrier while rank 0 alone writes exports and
+    checkpoints, deletes old ones or stores the slowest evaluation shard: at 7B on shared storage that exceeds
+    10 minutes (docs/scaling.md)."""
+    grad_accum_dtype: str = "fp32"
+    """bf16 runs: the dtype gradients accumulate and are reduced in over a mini-batch's micro-batches
+    (DeepSpeed's data_types.grad_accum_dtype): 'fp32' (4 bytes per parameter / ranks more under ZeRO-2/3, in
+    the memory plan) or 'bf16' (DeepSpeed's default, 10-20 micro-batches summed in 8 bits of mantissa).
+    fp32 runs accumulate in fp32 whatever this says; bf16 at ZeRO 0 in bf16 (DeepSpeed takes no other mix there)."""
     threads: int | None = 2
     """torch threads for the trainer (fixed, so that results do not depend on the machine's core count:
     docs/reproducibility.md; None: torch's default, one per core)."""
@@ -190,6 +200,11 @@ class TrainConfig:
             fail("rollout_kv_cache_gib", f"expected a size in GiB > 0, or null to let vLLM size it, got {kv!r}")
         if kv is not None and self.engine != "vllm":
             fail("rollout_kv_cache_gib", "only the 'vllm' engine has a KV cache pool; remove it or use engine: vllm")
+        if isinstance(self.dist_timeout_min, bool) or not isinstance(self.dist_timeout_min, int) \
+                or self.dist_timeout_min < 1:
+            fail("dist_timeout_min", f"expected whole minutes >= 1, got {self.dist_timeout_min!r}")
+        if self.grad_accum_dtype not in ("fp32", "bf16"):
+            fail("grad_accum_dtype", f"expected 'fp32' or 'bf16', got {self.grad_accum_dtype!r}")
         if self.rollout_sleep_level not in (0, 1, 2):
             fail("rollout_sleep_level", f"expected 0 (off), 1 or 2, got {self.rollout_sleep_level!r}")
         from prl_core.estimators import group_size_error  # torch: imported when a config is checked

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -49,11 +50,45 @@ def device() -> torch.device:
     return torch.device("cpu")
 
 
-def init_distributed() -> tuple[int, int]:
+SLURM_VARS = {"RANK": "SLURM_PROCID", "WORLD_SIZE": "SLURM_NTASKS", "LOCAL_RANK": "SLURM_LOCALID"}
+"""The launcher variable each SLURM task variable stands for (``srun`` sets these, not the launcher's)."""
+
+
+def launcher_env(env: dict[str, str]) -> dict[str, str]:
+    """The launcher variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) this process should add to
+    ``env``, which is left unchanged; empty when a launcher (deepspeed, torchrun) has set them or nothing has.
+
+    Under ``srun`` without a launcher, SLURM's task variables give the ranks (:data:`SLURM_VARS`); the first
+    node of ``SLURM_JOB_NODELIST``/``SLURM_NODELIST`` is the rendezvous unless MASTER_ADDR is set (the
+    documented ``sbatch`` example sets it: docs/scaling.md), and MASTER_PORT defaults to 29500 + the job id
+    mod 1000, the same on every task of a job. A node list this function cannot expand (ranges) needs
+    MASTER_ADDR set."""
+    if "RANK" in env or "SLURM_PROCID" not in env:
+        return {}
+    missing = [v for v in SLURM_VARS.values() if v not in env]
+    if missing:
+        raise RuntimeError(f"SLURM: {', '.join(missing)} not set beside SLURM_PROCID; launch the tasks with srun "
+                           "(one task per GPU), or set RANK, WORLD_SIZE and LOCAL_RANK yourself")
+    out = {ours: env[theirs] for ours, theirs in SLURM_VARS.items()}
+    if "MASTER_ADDR" not in env:
+        nodes = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+        first = nodes.split(",")[0]
+        if not first or "[" in first:
+            raise RuntimeError(f"SLURM: cannot tell the first node from the node list {nodes!r}; set MASTER_ADDR "
+                               "(e.g. MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1))")
+        out["MASTER_ADDR"] = first
+    if "MASTER_PORT" not in env:
+        out["MASTER_PORT"] = str(29500 + int(env.get("SLURM_JOB_ID", "0") or 0) % 1000)
+    return out
+
+
+def init_distributed(timeout_min: float = 60) -> tuple[int, int]:
     """Start (or join) the process group DeepSpeed uses; returns (rank, world size).
 
-    Single-process runs get the environment DeepSpeed (and vLLM's external launcher) expect: RANK,
-    WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. On GPUs the rank's device becomes the current one.
+    ``timeout_min``: how long a collective may wait (``train.dist_timeout_min``), for DeepSpeed's group and so
+    torch's default group, which is the same one. Single-process runs get the environment DeepSpeed (and
+    vLLM's external launcher) expect: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; tasks started
+    by ``srun`` get them from SLURM's (:func:`launcher_env`). On GPUs the rank's device becomes the current one.
     """
     import deepspeed
 
@@ -61,6 +96,7 @@ def init_distributed() -> tuple[int, int]:
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if on_gpu else "cpu")
     if not on_gpu:
         without_cpu_shm_comm_op()
+    os.environ.update(launcher_env(dict(os.environ)))
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(_free_port()))
@@ -68,8 +104,19 @@ def init_distributed() -> tuple[int, int]:
     if on_gpu:
         torch.cuda.set_device(device())
     if not torch.distributed.is_initialized():
-        deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", verbose=False)
+        deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", verbose=False,
+                                   timeout=timedelta(minutes=timeout_min))
     return torch.distributed.get_rank(), torch.distributed.get_world_size()
+
+
+def group_timeout() -> timedelta:
+    """The collective timeout of the default process group as its backend holds it (what
+    :func:`init_distributed` set; NCCL's and gloo's backends both keep it in their options)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    pg = c10d._get_default_group()
+    backend = pg._get_backend(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    return backend.options._timeout
 
 
 def ds_config(t: TrainConfig, world_size: int) -> dict[str, Any]:
@@ -86,6 +133,10 @@ def ds_config(t: TrainConfig, world_size: int) -> dict[str, Any]:
         "steps_per_print": 1 << 30,
         "wall_clock_breakdown": False,
     }
+    if t.dtype == "bfloat16" and t.zero_stage >= 1:
+        # DeepSpeed accumulates (and reduces) in the model's dtype unless told; its ZeRO optimizers take fp32
+        # (stage 1 through its BF16 optimizer), ZeRO 0 refuses the mix (engine._do_optimizer_sanity_check)
+        cfg["data_types"] = {"grad_accum_dtype": t.grad_accum_dtype}
     if t.warmup_steps:  # DeepSpeed's WarmupLR starts at lr 0; without warm-up the lr is constant (no scheduler)
         cfg["scheduler"] = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": t.lr,
                                                           "warmup_num_steps": t.warmup_steps, "warmup_type": "linear"}}

@@ -119,7 +119,8 @@ def parameter_counts(config_path: Path) -> dict[str, Any]:
             "tie_word_embeddings": bool(getattr(config, "tie_word_embeddings", False)),
             "hidden_size": config.hidden_size, "layers": config.num_hidden_layers,
             "vocab_size": config.vocab_size, "max_position_embeddings": getattr(config, "max_position_embeddings", None),
-            "kv_dim": int(getattr(config, "num_key_value_heads", heads) * head_dim)}
+            "kv_dim": int(getattr(config, "num_key_value_heads", heads) * head_dim),
+            "intermediate_size": int(getattr(config, "intermediate_size", 0) or 4 * config.hidden_size)}
 
 
 def memory_estimate(total: int, largest: int, *, stage: int, gpus_per_node: int, nodes: int) -> dict[str, Any]:
@@ -200,7 +201,8 @@ def plan_rank_memory(t, source: ModelSource, params: dict[str, Any], memory: dic
     config = AutoConfig.from_pretrained(str(source.config_path.parent))
     dtype = torch.bfloat16 if t.dtype == "bfloat16" else torch.float32
     shape = mem.ModelShape(params=params["total"], largest_layer=params["largest_layer"], layers=params["layers"],
-                           hidden=params["hidden_size"], vocab=params["vocab_size"], kv_dim=params["kv_dim"])
+                           hidden=params["hidden_size"], vocab=params["vocab_size"], kv_dim=params["kv_dim"],
+                           intermediate=params.get("intermediate_size", 0))
     profile = mem.probe_layer(config, dtype)
     if device == "cpu":
         capacity = machine_memory_gib()
@@ -336,12 +338,14 @@ def render_memory(mp: dict[str, Any]) -> list[str]:
     lines = [f"Memory of one rank on {where} ({mp['capacity_gib']:.1f} GiB): micro-batch of {inp['micro_batch_tokens']:,} "
              f"positions (sequences of up to {inp['sequence']:,} tokens; prompts of up to {inp['prompt_tokens']} tokens "
              f"from {mp.get('prompt_tokens_from', '?')})",
-             f"  {'term':<16}{'rollout':>9}{'logprobs':>10}{'update':>9}   how"]
+             f"  {'term':<16}{'rollout':>9}{'logprobs':>10}{'update':>9}{'export':>9}   how"]
     for term in mp["terms"]:
-        by = term["phases"] or {k: term["gib"] for k in ("rollout", "logprobs", "update")}
-        lines.append(f"  {term['name']:<16}{by['rollout']:>9.2f}{by['logprobs']:>10.2f}{by['update']:>9.2f}   {term['how']}")
+        by = term["phases"] or {k: term["gib"] for k in mem.PHASES}
+        lines.append(f"  {term['name']:<16}{by['rollout']:>9.2f}{by['logprobs']:>10.2f}{by['update']:>9.2f}"
+                     f"{by.get('export', by['rollout']):>9.2f}   {term['how']}")
     ph = mp["phases_gib"]
-    lines.append(f"  {'total (GiB)':<16}{ph['rollout']:>9.2f}{ph['logprobs']:>10.2f}{ph['update']:>9.2f}")
+    lines.append(f"  {'total (GiB)':<16}{ph['rollout']:>9.2f}{ph['logprobs']:>10.2f}{ph['update']:>9.2f}"
+                 f"{ph.get('export', ph['rollout']):>9.2f}")
     if mp["fits"]:
         lines.append(f"  FITS: peak {mp['peak_gib']:.1f} GiB in the {mp['peak_phase']} phase, {mp['headroom_gib']:.1f} GiB "
                      f"to spare on {where}")

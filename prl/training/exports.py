@@ -32,12 +32,13 @@ EXPORTS_DIR = "exports"
 EXPORT_RECORD = "prl_export.json"
 
 
-def save_policy(model, tokenizer, target: Path) -> None:
-    """``model`` (whole parameters) and ``tokenizer`` as a Hugging Face directory ``target``, replaced atomically
-    (written beside it, then renamed): what vLLM, evaluations and users load."""
+def save_policy(model, tokenizer, target: Path, state_dict: dict | None = None) -> None:
+    """``model`` and ``tokenizer`` as a Hugging Face directory ``target``, replaced atomically (written beside it,
+    then renamed): what vLLM, evaluations and users load. ``state_dict``: the weights when the module's own are
+    partitioned (ZeRO-3: :func:`prl.training.weight_sync.policy_state_dict`); None: the module's own."""
     tmp = target.with_name(target.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
+    model.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(tmp, target)

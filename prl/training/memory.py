@@ -49,6 +49,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 GIB = 1024 ** 3
+PHASES = ("rollout", "logprobs", "update", "export")
+"""The moments of a step a plan values: generation, the no-gradient log-prob passes, the update, and the
+checkpoint's export (after the weight sync, the engine awake)."""
 
 GPUS: dict[str, float] = {
     "H100-80GB": 81559 / 1024,
@@ -60,14 +63,28 @@ GPUS: dict[str, float] = {
 
 CUDA_CONTEXT_GIB = 0.75
 """The CUDA context, cuBLAS/cuDNN work spaces and kernels loaded by torch (≈ 0.5–1 GiB on Hopper)."""
-NCCL_GIB = 0.5
-"""NCCL's communicator buffers with more than one rank."""
+NCCL_GIB = 1.0
+"""NCCL's communicators with more than one rank: DeepSpeed's ``init_distributed`` binds each rank's
+``device_id``, so the default group's communicator is created at start, not lazily, and vLLM's external
+launcher adds its own groups over the same ranks; each holds its channels' buffers (``NCCL_BUFFSIZE``, 4 MiB, per
+channel and peer) and NCCL's kernels. 0.5 GiB was the lazy single-communicator figure; ``bench/gpu_check.sh``
+measures it (device memory before and after the group starts)."""
 FRAGMENTATION = 0.10
 """The caching allocator's fragmentation, as a share of the activations and the log-prob chunk."""
 VLLM_WORKSPACE_GIB = 1.0
 """vLLM's own activations and CUDA graphs beside its weights and KV cache, when the KV cache is given in GiB."""
 VLLM_ASLEEP_GIB = 0.5
-"""What a sleeping vLLM engine keeps on the device (its CUDA graphs and allocator state)."""
+"""What a sleeping vLLM engine keeps on the device besides its CUDA graphs: the allocator's state, NCCL and
+sampler buffers."""
+VLLM_CUDAGRAPH_GIB = 1.0
+"""vLLM's CUDA graphs, which its sleep mode keeps on the device (vLLM 0.32's ``sleep_mode_offload_cudagraph`` is
+off by default): its log line "Graph capturing finished … took X GiB" reads 0.3-1.5 GiB for 1.5-7 B models at
+the default capture sizes; none with ``enforce_eager``. ``bench/gpu_check.sh`` measures a sleeping engine."""
+VLLM_DEFAULT_BATCHED_TOKENS = 16_384
+"""vLLM's ``max_num_batched_tokens`` for the offline ``LLM`` class on an H100-class GPU when not given: the size of
+the dummy batch it profiles its activations with before sizing the KV cache."""
+VLLM_DEFAULT_MAX_SEQS = 1_024
+"""vLLM's ``max_num_seqs`` for the offline ``LLM`` class on an H100-class GPU when not given (its sampler's rows)."""
 VLLM_CPU_RUNTIME_GIB = 0.25
 """vLLM's own resident memory on the CPU beside its weights, their oneDNN copies and its KV cache: the modules it
 imports when it builds an engine (its engine core, CPU worker and model runner: ~0.17 GiB that ``import vllm``,
@@ -88,6 +105,8 @@ class ModelShape:
     vocab: int
     kv_dim: int
     """Key/value width per layer (kv heads × head dim)."""
+    intermediate: int = 0
+    """The MLP's width (config.json's intermediate_size; 0: 4 × hidden)."""
 
 
 @dataclass(frozen=True)
@@ -273,11 +292,21 @@ class Term:
     gib: float
     how: str
     phases: dict[str, float] = field(default_factory=dict)
-    """GiB of this term in each phase (rollout, logprobs, update) when it differs between them."""
+    """GiB of this term in each phase (rollout, logprobs, update, export) when it differs between them."""
 
 
-def _model_states(shape: ModelShape, *, dtype: str, zero_stage: int, world: int, deepspeed_gpu_bytes: float | None
-                  ) -> tuple[float, float, float, str]:
+def grad_accum_bytes(params: int, world: int, zero_stage: int, grad_accum_dtype: str) -> float:
+    """The fp32 gradient-accumulation buffer a bf16 run adds beyond DeepSpeed's estimator (which counts bf16
+    gradients): ZeRO-2/3 accumulate each rank's partition in fp32 (4 bytes per parameter / ranks); ZeRO-1's
+    BF16 optimizer keeps the whole model's fp32 gradients (4 bytes per parameter); ZeRO-0 accumulates in bf16
+    whatever the config says (DeepSpeed takes no other mix there)."""
+    if grad_accum_dtype != "fp32" or zero_stage == 0:
+        return 0.0
+    return 4 * params / (1 if zero_stage == 1 else world)
+
+
+def _model_states(shape: ModelShape, *, dtype: str, zero_stage: int, world: int, deepspeed_gpu_bytes: float | None,
+                  grad_accum_dtype: str = "bf16") -> tuple[float, float, float, str]:
     """(bytes at rest, gradients added during the update, DeepSpeed's reduction copy of them, how).
 
     fp32 ZeRO 0 (measured on the CPU, bench/memory.py): weights and Adam's two moments stay; the gradients exist
@@ -287,7 +316,12 @@ def _model_states(shape: ModelShape, *, dtype: str, zero_stage: int, world: int,
     Other stages and bf16 (DeepSpeed's estimator): the same bytes in every phase."""
     P, N = shape.params, world
     if dtype == "bfloat16" and deepspeed_gpu_bytes is not None:
-        return deepspeed_gpu_bytes, 0.0, 0.0, f"DeepSpeed's ZeRO-{zero_stage} estimator (bf16 + fp32 master and Adam)"
+        how = f"DeepSpeed's ZeRO-{zero_stage} estimator (bf16 + fp32 master and Adam)"
+        accum = grad_accum_bytes(P, N, zero_stage, grad_accum_dtype)
+        if accum:
+            how += (f" + fp32 gradient accumulation ({accum / GIB:.2f} GiB: 4 bytes/param"
+                    + ("" if zero_stage == 1 else " / ranks") + ", grad_accum_dtype: fp32)")
+        return deepspeed_gpu_bytes + accum, 0.0, 0.0, how
     if zero_stage == 3:
         return 16 * P / N + 4 * shape.largest_layer, 0.0, 0.0, "fp32: (4 weights + 4 grads + 8 Adam) bytes/param / ranks"
     optim = 8 * P / (N if zero_stage >= 1 else 1)
@@ -298,6 +332,17 @@ def _model_states(shape: ModelShape, *, dtype: str, zero_stage: int, world: int,
                 "fp32: 4 weights + 8 Adam bytes/param; in the update + 4 gradients and DeepSpeed's flat copy of them "
                 f"for the reduction ({bucket / GIB:.2f} GiB)")
     return 4 * P + grads + optim, 0.0, 0.0, "fp32: 4 weights + 4 grads + 8 Adam bytes/param (moments partitioned from ZeRO 1)"
+
+
+def vllm_profile_bytes(shape: ModelShape, e: int, batched_tokens: int | None, max_seqs: int | None) -> float:
+    """The activations of vLLM's profile pass, which it takes off the KV cache: one forward over
+    ``max_num_batched_tokens`` (the MLP's gate and up projections, 2 × intermediate, and ~4 hidden-wide tensors
+    per token at once) and the sampler's fp32 logits for ``max_num_seqs`` rows (logits and their softmax).
+    None: vLLM's defaults (:data:`VLLM_DEFAULT_BATCHED_TOKENS`, :data:`VLLM_DEFAULT_MAX_SEQS`)."""
+    tokens = batched_tokens or VLLM_DEFAULT_BATCHED_TOKENS
+    seqs = max_seqs or VLLM_DEFAULT_MAX_SEQS
+    inter = shape.intermediate or 4 * shape.hidden
+    return float(tokens * (2 * inter + 4 * shape.hidden) * e + seqs * shape.vocab * 4 * 2)
 
 
 def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, device: str, capacity_gib: float,
@@ -320,7 +365,8 @@ def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, devi
     response_tokens = min(tokens, rows * t.max_tokens) if not t.max_tokens_per_micro_batch else tokens
 
     rest, grads, bucket, states_how = _model_states(shape, dtype=t.dtype, zero_stage=t.zero_stage, world=world,
-                                                    deepspeed_gpu_bytes=deepspeed_gpu_bytes)
+                                                    deepspeed_gpu_bytes=deepspeed_gpu_bytes,
+                                                    grad_accum_dtype=getattr(t, "grad_accum_dtype", "bf16"))
     if not with_reference:
         ref, ref_how = 0.0, "none: nothing reads it (ref_kl_metric: false, no KL loss, an estimator without it)"
     elif t.ref_offload:
@@ -333,22 +379,30 @@ def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, devi
     weights = e * P
     if t.engine == "vllm":
         if on_gpu:
+            profile_bytes = vllm_profile_bytes(shape, e, getattr(t, "rollout_max_num_batched_tokens", None),
+                                               getattr(t, "rollout_max_num_seqs", None))
+            graphs = VLLM_CUDAGRAPH_GIB * GIB
+            work = max(VLLM_WORKSPACE_GIB * GIB, profile_bytes + graphs)  # beside the weights and the KV cache
+            work_how = (f"work space {work / GIB:.2f} GiB (vLLM's profile pass at its batch {profile_bytes / GIB:.2f} "
+                        f"GiB + CUDA graphs {graphs / GIB:.1f} GiB, at least {VLLM_WORKSPACE_GIB} GiB)")
             if t.rollout_kv_cache_gib is not None:
-                awake = weights + t.rollout_kv_cache_gib * GIB + VLLM_WORKSPACE_GIB * GIB
-                eng_how = f"vLLM: weights + {t.rollout_kv_cache_gib} GiB KV cache + {VLLM_WORKSPACE_GIB} GiB work space"
+                kv_bytes = t.rollout_kv_cache_gib * GIB
+                awake = weights + kv_bytes + work
+                eng_how = f"vLLM: weights + {t.rollout_kv_cache_gib} GiB KV cache + {work_how}"
             else:
                 awake = t.rollout_memory_utilization * capacity_gib * GIB
-                eng_how = (f"vLLM's share {t.rollout_memory_utilization} of the device (weights {weights / GIB:.1f} GiB, "
-                           f"the rest KV cache and work space)")
-            kv_bytes = awake - weights - VLLM_WORKSPACE_GIB * GIB
+                kv_bytes = awake - weights - work
+                eng_how = (f"vLLM's share {t.rollout_memory_utilization} of the device: weights {weights / GIB:.1f} GiB, "
+                           f"{work_how}, the rest KV cache")
             per_token = L * 2 * shape.kv_dim * e
             need = rollouts_per_rank * seq
             eng_how += (f"; KV cache for ~{max(kv_bytes, 0) / per_token:,.0f} tokens, the rank's rollouts need up to "
                         f"{need:,}" + ("" if kv_bytes >= need * per_token else
                                        " (vLLM then runs them in waves: slower, not out of memory)"))
-            asleep = VLLM_ASLEEP_GIB * GIB if t.rollout_sleep_level else awake
+            asleep = VLLM_ASLEEP_GIB * GIB + graphs if t.rollout_sleep_level else awake
             if t.rollout_sleep_level:
-                eng_how += f"; asleep during the update (level {t.rollout_sleep_level}): ~{VLLM_ASLEEP_GIB} GiB"
+                eng_how += (f"; asleep during the update (level {t.rollout_sleep_level}): ~{asleep / GIB:.1f} GiB "
+                            f"({VLLM_ASLEEP_GIB} GiB + its CUDA graphs, which sleep keeps)")
         else:
             kv = (t.rollout_kv_cache_gib or 1.0) * GIB
             packed = 2 * V * H * e  # VocabParallelEmbedding keeps its weight beside its oneDNN copy: embedding, head
@@ -397,7 +451,7 @@ def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, devi
             return baseline_bytes
         over_how = "the process before any model (Python, torch, vLLM), measured"
 
-    engine_in = {"rollout": awake, "logprobs": asleep, "update": asleep}
+    engine_in = {"rollout": awake, "logprobs": asleep, "update": asleep, "export": awake}
     at: dict[str, tuple[str, float, float, float, float]] = {"rollout": ("generation", rest, 0.0, 0.0, over("rollout", 0, 0))}
     added: dict[str, dict[str, float]] = {}
     for phase, ms in moments.items():
@@ -406,7 +460,18 @@ def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, devi
         name = max(totals, key=totals.get)
         st, a, c = ms[name]
         at[phase] = (name, st, a, c, over(phase, a, c))
+    # The checkpoint's export runs after the weight sync, the engine awake: ZeRO-3 gathers one module at a time
+    # onto rank 0's host (prl.training.weight_sync.policy_state_dict), so a rank holds one module's 16-bit
+    # weights more; stages 0-2 hold whole weights already and save_pretrained copies them to the host one by one.
+    gathered = float(e * shape.largest_layer) if t.zero_stage == 3 else 0.0
+    at["export"] = ("module-by-module gather" if gathered else "writing whole weights", rest, 0.0, 0.0,
+                    over("rollout", 0, 0))
     phases = {phase: st + ref + engine_in[phase] + a + c + o for phase, (_n, st, a, c, o) in at.items()}
+    phases["export"] += gathered
+    export_how = (f"ZeRO-3: one module's {e}-byte weights gathered at a time ({gathered / GIB:.2f} GiB), copied to "
+                  f"rank 0's host ({e * P / GIB:.1f} GiB of host memory), engine awake; the whole model at once "
+                  f"would add {e * P / GIB:.1f} GiB" if gathered else
+                  "stages 0-2: the weights are whole already; each is copied to the host as it is written")
     acts_how = (f"{tokens:,} tokens x ({L} layers x {per_layer / 1024:.1f} KiB{' (checkpointed)' if ck else ''} kept "
                 f"+ {(profile.backward_checkpointed if ck else profile.backward) / 1024:.1f} KiB for the layer in "
                 f"backward{', recomputed first' if ck else ''}); no-gradient: one layer's {profile.nograd / 1024:.1f} KiB"
@@ -425,6 +490,8 @@ def plan_memory(*, shape: ModelShape, profile: LayerProfile, t, world: int, devi
         Term("activations", max(m[1] for m in all_moments) / GIB, acts_how, by_phase(2)),
         Term("log-prob chunk", max(m[2] for m in all_moments) / GIB, chunk_how, by_phase(3)),
         Term("overhead", max(by_phase(4).values()), over_how, by_phase(4)),
+        Term("export gather", gathered / GIB, export_how,
+             {"rollout": 0.0, "logprobs": 0.0, "update": 0.0, "export": gathered / GIB}),
     ]
     peak_phase = max(phases, key=phases.get)
     peak = phases[peak_phase]

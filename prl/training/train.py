@@ -87,7 +87,7 @@ from prl.training.forward import response_logprobs
 from prl.training.memory import PeakMeter, host_mmap_threshold
 from prl.training.monitors import Alert, alerts_at, should_stop
 from prl.evaluation.report import eval_metrics
-from prl.training.weight_sync import full_parameters, weight_groups
+from prl.training.weight_sync import policy_state_dict, weight_groups
 
 SYNC_DIR = "policy"  # the latest policy weights as a Hugging Face directory (evaluations, the disk sync, users)
 GIB = 1024 ** 3
@@ -195,7 +195,7 @@ class Trainer:
         from transformers import AutoTokenizer
 
         self.cfg, self.algo, self.train_cfg = cfg, cfg.algorithm, cfg.train
-        self.rank, self.world = dist.init_distributed()
+        self.rank, self.world = dist.init_distributed(cfg.train.dist_timeout_min)
         self.train_cfg.validate(self.algo, self.world)
         self.log = log if self.rank == 0 else (lambda _m: None)
         self.on_export = on_export
@@ -438,9 +438,10 @@ class Trainer:
         a barrier), as evaluations, the disk sync and users load it. Skipped if this step's is there."""
         target = self.out / SYNC_DIR
         if force or self._exported_step != self.step_no or not (target / "config.json").is_file():
-            with full_parameters(self.engine.module, self.train_cfg.zero_stage):
-                if self.rank == 0:
-                    exports.save_policy(self.engine.module, self.tokenizer, target)
+            weights = policy_state_dict(self.engine, self.train_cfg.zero_stage)  # every rank: ZeRO-3 gathers
+            if self.rank == 0:
+                exports.save_policy(self.engine.module, self.tokenizer, target, weights)
+            del weights
             dist.barrier(self.world)
             self._exported_step = self.step_no
         return target
@@ -586,9 +587,10 @@ class Trainer:
         """The checkpoint's policy as a Hugging Face directory ``out/exports/step_N`` (what vLLM and the
         ``evaluate-checkpoint`` deployment load) with its record, reported to ``on_export``."""
         target = exports.export_dir(self.out, self.step_no)
-        with full_parameters(self.engine.module, self.train_cfg.zero_stage):
-            if self.rank == 0:
-                exports.save_policy(self.engine.module, self.tokenizer, target)
+        weights = policy_state_dict(self.engine, self.train_cfg.zero_stage)  # every rank: ZeRO-3 gathers
+        if self.rank == 0:
+            exports.save_policy(self.engine.module, self.tokenizer, target, weights)
+        del weights
         dist.barrier(self.world)
         if self.rank == 0:
             record = exports.write_record(target, run_id=self.run_id, step=self.step_no, db=self.train_cfg.db, evaluation={
@@ -870,7 +872,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if trainer.rank == 0:
         print(json.dumps(result, default=str), flush=True)
-    if torch.distributed.is_initialized():  # vLLM's in-process engine tears the group down when it closes
+    if torch.distributed.is_initialized():
+        # the ranks leave together: rank 0 may still be writing the result above while the others are done.
+        # The group is still up: vLLM's external launcher joined it, and closing the engine (VLLMEngine.close)
+        # shuts its engine core down without vLLM's destroy_distributed_environment.
         torch.distributed.barrier()
     return 0
 

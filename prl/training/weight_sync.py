@@ -49,9 +49,24 @@ def _gathered(tensors: list[torch.Tensor], zero_stage: int):
     return deepspeed.zero.GatheredParameters(params, modifier_rank=None)
 
 
+def policy_state_dict(engine, zero_stage: int) -> dict[str, torch.Tensor] | None:
+    """The policy's weights for an export, never the whole model gathered on a device at once.
+
+    ZeRO-3: DeepSpeed's own module-by-module 16-bit gather (``engine._zero3_consolidated_16bit_state_dict``):
+    each module's parameters are gathered, copied to rank 0's host memory and released before the next, so a
+    rank's device holds at most one module's weights more (the memory plan's "export" moment) and rank 0's
+    host the whole 16-bit model; None on the other ranks. Every rank must call it (the gathers are
+    collectives). Stages 0-2: None (the module's parameters are whole already; ``save_pretrained`` copies each
+    to the host as it writes it)."""
+    if zero_stage != 3:
+        return None
+    return engine._zero3_consolidated_16bit_state_dict()
+
+
 def full_parameters(module: torch.nn.Module, zero_stage: int):
-    """Every parameter gathered whole inside the block under ZeRO-3 (what ``save_pretrained`` needs); stages
-    0-2 keep them whole anyway."""
+    """Every parameter gathered whole inside the block under ZeRO-3; stages 0-2 keep them whole anyway. The
+    whole model at once on every rank's device: for tests that compare every weight, never for exports
+    (:func:`policy_state_dict`)."""
     if zero_stage != 3:
         return contextlib.nullcontext()
     import deepspeed
