@@ -58,7 +58,8 @@ def run_two_ranks(model: Path, tmp_path: Path, *, zero_stage: int, dtype: str, p
                      "engine": "vllm", "lr": 1e-3, "mini_batch_size": 8, "micro_batch_size": 4,
                      "checkpoint_every": STEPS, "segments_per_step": 2, "seed": 0, "zero_stage": zero_stage,
                      "dtype": dtype, "rollout_sleep_level": 2, "gradient_checkpointing": True,
-                     "logprob_chunk_tokens": 16, "eval_datasets": ["synth_test"], "eval_limit": 6, "eval_n": 2}}
+                     "logprob_chunk_tokens": 16, "eval_datasets": ["synth_test"], "eval_limit": 6, "eval_n": 2,
+                     "rollout_max_num_seqs": 24, "rollout_max_num_batched_tokens": 1024, "rollout_max_model_len": 256}}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     env = {**{k: v for k, v in os.environ.items() if k not in DIST_VARS}, "DS_ACCELERATOR": "cpu",
@@ -96,6 +97,9 @@ def test_each_rank_builds_its_own_engine_on_its_own_device_index(two_ranks):
         assert placement["rank"] == k and placement["local_rank"] == k  # cuda:<local_rank> on GPUs
         assert placement["device"] == "cpu"  # vLLM's CPU build; its GPU worker takes cuda:<local_rank>
         assert engine["info"]["colocate"] == "True" and engine["info"]["in_process"] == "True"
+        # the config's engine limits, as vLLM's own scheduler and model config hold them
+        assert (engine["info"]["max_num_seqs"], engine["info"]["max_num_batched_tokens"],
+                engine["info"]["max_model_len"]) == ("24", "1024", "256")
 
 
 def test_weights_reach_every_engine_from_memory_after_every_update(two_ranks):
@@ -132,6 +136,27 @@ def test_the_ranks_train_on_their_own_rollouts_and_stay_identical(two_ranks):
         assert u0["rollouts"] != u1["rollouts"], "the ranks trained on the same rollouts: the check proves nothing"
         assert [n for n in u0["after"] if u0["after"][n] != u0["before"][n]], "the update moved nothing"
         assert u0["before"] == u1["before"] and u0["after"] == u1["after"]  # gradients all-reduced
+
+
+def test_the_checkpoint_export_holds_the_ranks_final_weights(two_ranks):
+    """The export at the last step is written from DeepSpeed's module-by-module gather under ZeRO-3
+    (prl.training.weight_sync.policy_state_dict), from the whole module at ZeRO-2: every tensor in it equals,
+    bit for bit in float32, what both ranks held after the last update."""
+    from safetensors.torch import load_file
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from ws2_probe import param_digests
+
+    export = two_ranks["out"] / "exports" / f"step_{STEPS:06d}"
+    weights = {}
+    for f in sorted(export.glob("*.safetensors")):
+        weights.update(load_file(str(f)))
+    final = two_ranks["updates"][0][-1]["after"]
+    assert two_ranks["updates"][1][-1]["after"] == final
+    written = param_digests(weights.items())
+    assert written and set(written) <= set(final)  # a tied LM head is written once, as the embedding
+    assert {n: final[n] for n in written} == written
+    assert len(written) >= len(final) - 1
 
 
 def test_the_evaluation_shared_by_the_ranks_stores_what_one_process_stores(two_ranks, tmp_path):

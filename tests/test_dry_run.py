@@ -14,6 +14,7 @@ import pytest
 from prl_core.config import ConfigError
 
 from prl.training import dry_run
+from prl.training import memory as mem
 from prl.training.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +56,12 @@ def test_memory_follows_deepspeeds_zero2_formula(paper_plan):
     assert mem["stage"] == 2 and "estimate_zero2" in mem["method"]
     assert mem["model_states_gpu_gib"] * 1024 ** 3 == pytest.approx(2 * p + int(18 * p / 4), abs=1)
     states = next(t for t in paper_plan["memory_plan"]["terms"] if t["name"] == "model states")
-    assert states["gib"] == mem["model_states_gpu_gib"]  # the plan's term is DeepSpeed's estimate
+    # the plan's term is DeepSpeed's estimate + the fp32 gradient-accumulation partition it does not count
+    # (grad_accum_dtype: fp32, the default for bf16: 4 bytes per parameter / 4 ranks)
+    assert paper_plan["config"]["train"]["grad_accum_dtype"] == "fp32"
+    assert paper_plan["deepspeed"]["data_types"] == {"grad_accum_dtype": "fp32"}
+    assert states["gib"] * 1024 ** 3 == pytest.approx(mem["model_states_gpu_gib"] * 1024 ** 3 + 4 * p / 4, abs=1)
+    assert "fp32 gradient accumulation" in states["how"]
     assert "offload_optimizer=none" in mem["deepspeed_table"] and "4 GPUs per node" in mem["deepspeed_table"]
 
 
@@ -141,8 +147,38 @@ def test_both_paper_configs_fit_80gb_h100s_with_every_term_counted(config, gpus)
     assert t["gradient_checkpointing"] and t["rollout_sleep_level"] == 2 and not t["ref_offload"]
     engine = _terms(plan, "rollout")["engine"]
     assert engine == pytest.approx(t["rollout_memory_utilization"] * mp["capacity_gib"])  # vLLM's share, awake
-    assert _terms(plan, "update")["engine"] < 1  # asleep during the update
+    asleep = _terms(plan, "update")["engine"]  # asleep during the update: what sleep keeps, CUDA graphs included
+    assert asleep == pytest.approx(mem.VLLM_ASLEEP_GIB + mem.VLLM_CUDAGRAPH_GIB) and asleep < engine / 10
     assert _terms(plan, "update")["reference"] > 0  # on the GPU, not on the CPU
+
+
+def test_the_export_moment_adds_one_gathered_module_under_zero3_and_nothing_below():
+    """The checkpoint's export runs with the engine awake. ZeRO-3 gathers one module at a time (the largest: the
+    7B's untied embedding or LM head, 152,064 x 3,584 bf16 = 1.02 GiB), not the whole 14.2 GiB model; ZeRO-2's
+    weights are whole already."""
+    p7 = dry_run.plan(RunConfig.from_yaml(PAPER_7B), gpus_per_node=8, device="H100-80GB")
+    mp = p7["memory_plan"]
+    gathered = 2 * p7["model"]["largest_layer"] / 1024 ** 3
+    assert p7["model"]["largest_layer"] == 152064 * 3584
+    assert mp["phases_gib"]["export"] == pytest.approx(mp["phases_gib"]["rollout"] + gathered)
+    assert _terms(p7, "export")["export gather"] == pytest.approx(gathered) and _terms(p7, "rollout")["export gather"] == 0
+    assert "the whole model at once would add 14.2 GiB" in next(t for t in mp["terms"] if t["name"] == "export gather")["how"]
+    p15 = dry_run.plan(RunConfig.from_yaml(PAPER), gpus_per_node=4, device="H100-80GB")
+    assert p15["memory_plan"]["phases_gib"]["export"] == pytest.approx(p15["memory_plan"]["phases_gib"]["rollout"])
+
+
+def test_the_engine_term_takes_vllms_profile_pass_and_cuda_graphs_off_the_kv_cache():
+    """vLLM sizes its KV cache after a profile forward over max_num_batched_tokens; a smaller batch leaves more
+    KV cache in the same share, and the plan says how much the profile took."""
+    cfg = RunConfig.from_yaml(PAPER_7B)
+    big = dry_run.plan(cfg, gpus_per_node=8, device="H100-80GB")
+    engine = next(t for t in big["memory_plan"]["terms"] if t["name"] == "engine")["how"]
+    shape = mem.ModelShape(params=1, largest_layer=1, layers=28, hidden=3584, vocab=152064, kv_dim=512,
+                           intermediate=18944)
+    profile = mem.vllm_profile_bytes(shape, 2, None, None)
+    assert profile == 16384 * (2 * 18944 + 4 * 3584) * 2 + 1024 * 152064 * 8
+    assert f"profile pass at its batch {profile / 1024 ** 3:.2f} GiB" in engine
+    assert mem.vllm_profile_bytes(shape, 2, 4096, 256) < profile / 3
 
 
 def test_the_7b_config_is_zero3_on_the_shipped_7b_config():
@@ -194,7 +230,7 @@ def test_cli_json_is_the_plan(tmp_path):
     plan = json.loads(r.stdout)
     assert plan["memory_plan"]["device"] == "H200-141GB" and plan["memory_plan"]["fits"]
     assert {t["name"] for t in plan["memory_plan"]["terms"]} == {"model states", "reference", "engine", "activations",
-                                                                 "log-prob chunk", "overhead"}
+                                                                 "log-prob chunk", "overhead", "export gather"}
     # a hub id is planned from its shipped config, and the command says how a run gets the weights (issue 29)
     assert "note: Qwen/Qwen2.5-Math-7B is a hub id" in r.stderr and "prl downloads nothing" in r.stderr
     assert "hf download Qwen/Qwen2.5-Math-7B --local-dir models/Qwen2.5-Math-7B" in r.stderr

@@ -95,6 +95,14 @@ class TrainConfig:
     rollout_kv_cache_gib: float | None = None
     """The engine's KV cache in GiB (vLLM's kv_cache_memory_bytes); None: on GPUs vLLM sizes it from the share
     above, on the CPU 1 GiB."""
+    rollout_max_num_batched_tokens: int | None = None
+    """vLLM's max_num_batched_tokens: tokens of one engine step, and the batch of the profile pass it sizes the KV
+    cache after (the memory plan takes it off the KV cache); None: vLLM's default (16,384 on an H100)."""
+    rollout_max_num_seqs: int | None = None
+    """vLLM's max_num_seqs: sequences in flight at once (the sampler's rows); None: vLLM's default (1,024 on an
+    H100). The rank's rollouts per step (prompts_per_step x n / ranks) are enough."""
+    rollout_max_model_len: int | None = None
+    """vLLM's max_model_len (prompt + response tokens); None: the model's max_position_embeddings."""
     rollout_sleep_level: int = 0
     """Release the engine's memory during log-probs and the update (vLLM sleep mode): 0 off; 1 KV cache
     freed, weights moved to host memory; 2 both freed (the trainer re-sends the weights after each update).
@@ -205,6 +213,15 @@ class TrainConfig:
             fail("dist_timeout_min", f"expected whole minutes >= 1, got {self.dist_timeout_min!r}")
         if self.grad_accum_dtype not in ("fp32", "bf16"):
             fail("grad_accum_dtype", f"expected 'fp32' or 'bf16', got {self.grad_accum_dtype!r}")
+        for name in ("rollout_max_num_batched_tokens", "rollout_max_num_seqs", "rollout_max_model_len"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                fail(name, f"expected a whole number >= 1 or null (vLLM's default), got {v!r}")
+            if v is not None and self.engine != "vllm":
+                fail(name, "only the 'vllm' engine takes it; remove it or use engine: vllm")
+        if self.rollout_max_model_len is not None and self.rollout_max_model_len <= self.max_tokens:
+            fail("rollout_max_model_len", f"{self.rollout_max_model_len} leaves no room for a prompt beside "
+                 f"max_tokens {self.max_tokens}")
         if self.rollout_sleep_level not in (0, 1, 2):
             fail("rollout_sleep_level", f"expected 0 (off), 1 or 2, got {self.rollout_sleep_level!r}")
         from prl_core.estimators import group_size_error  # torch: imported when a config is checked

@@ -137,6 +137,10 @@ def build_rollout_engine(train_cfg: TrainConfig, *, seed: int, device: torch.dev
                               "gpu_memory_utilization": train_cfg.rollout_memory_utilization}
         if kv is not None:
             kw["kv_cache_memory_bytes"] = int(kv * GIB)
+        for ours, vllms in (("rollout_max_num_batched_tokens", "max_num_batched_tokens"),
+                            ("rollout_max_num_seqs", "max_num_seqs"), ("rollout_max_model_len", "max_model_len")):
+            if getattr(train_cfg, ours) is not None:
+                kw[vllms] = getattr(train_cfg, ours)
         return make_engine("vllm", train_cfg.model, dtype=train_cfg.dtype, seed=seed, **kw)
     return make_engine("hf", train_cfg.model, dtype=train_cfg.dtype, seed=seed, device=str(device))
 

@@ -315,7 +315,12 @@ class VLLMEngine(Engine):
             start_seconds=round(self.start_seconds, 3),
             batching="all prompts x n in one LLM.generate call",
             llm_kwargs={k: repr(v) for k, v in self.llm_kwargs.items()},
+            max_model_len=self.max_model_len,
         )
+        sched = getattr(getattr(getattr(self.llm, "llm_engine", None), "vllm_config", None), "scheduler_config", None) \
+            if not self._closed else None
+        if sched is not None:  # what vLLM settled on, read back from its own config
+            d.update(max_num_batched_tokens=sched.max_num_batched_tokens, max_num_seqs=sched.max_num_seqs)
         return d
 
     def _require_open(self) -> None:
