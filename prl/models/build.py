@@ -35,11 +35,11 @@ def seeded_model(model_cls, config, seed: int):
 
 def build_model(out_dir: str | Path, *, kind: str, seed: int, spec, tokenizer, config_cls, model_cls,
                 vocab_size: int, eos_token_ids: int | list[int], config: dict[str, Any] | None = None,
-                after_save: Callable[[Path], None] | None = None) -> Path:
+                after_save: Callable[[Path], None] | None = None, bos_token_id: int | None = None) -> Path:
     """Build and save a random-initialised causal LM with ``tokenizer`` into ``out_dir``.
 
     ``config``: config fields beyond :data:`ARCH_FIELDS` (e.g. Qwen2's RoPE base); ``eos_token_ids``: the
-    generation config's stop ids; ``after_save(out)``: rewrites after ``save_pretrained`` (before the marker).
+    generation config's stop ids; ``bos_token_id``: the config's (None: the model has none, as Qwen2); ``after_save(out)``: rewrites after ``save_pretrained`` (before the marker).
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     out = Path(out_dir)
@@ -48,7 +48,7 @@ def build_model(out_dir: str | Path, *, kind: str, seed: int, spec, tokenizer, c
         vocab_size=vocab_size,
         **{name: getattr(spec, name) for name in ARCH_FIELDS},
         **(config or {}),
-        bos_token_id=None,
+        bos_token_id=bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=True,

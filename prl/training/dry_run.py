@@ -61,7 +61,7 @@ class ModelSource:
     local: bool
     """True: a model directory on disk (weights present); False: a shipped config only (cold estimates)."""
     tokenizer: str
-    """'local' (the directory's own) or 'qwen2.5' (built offline by prl.models.qwen)."""
+    """'local' (the directory's own), 'qwen2.5' (built offline by prl.models.qwen) or 'llama3.2' (prl.models.llama)."""
 
 
 def model_configs_dir() -> Path:
@@ -99,6 +99,10 @@ def load_tokenizer(source: ModelSource):
         from prl.models.qwen import qwen25_tokenizer
 
         return qwen25_tokenizer()
+    if source.tokenizer == "llama3.2":
+        from prl.models.llama import llama32_tokenizer
+
+        return llama32_tokenizer()
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(source.config_path.parent))
