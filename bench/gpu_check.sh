@@ -4,16 +4,19 @@
 #   bash bench/gpu_check.sh                        # after bench/gpu_prepare.sh, with .gpu/ carried
 #   PATH=$PWD/.venv/bin:$PATH PRL_GPU_CHECK_CPU_REHEARSAL=1 bash bench/gpu_check.sh   # CPU dry rehearsal here
 #
-# Phases, each under its own `timeout` and all under one deadline (PRL_GPU_CHECK_DEADLINE_S, default 480 s):
+# Phases, each under its own `timeout` and all under one deadline (PRL_GPU_CHECK_DEADLINE_S, default 270 s, so
+# that the device call fits timeout_s=300 with the summary):
 #   install   .gpu/wheels/*.whl into /tmp/site (what the image lacks: deepspeed, math-verify, duckdb, ...)
 #   env       python / torch / CUDA / GPU / package versions; the imports the trainer needs; CUDA present
+#   nccl      the trainer's process group on this GPU (prl.training.distributed.init_distributed: NCCL, device_id
+#             bound, the config's timeout), one all-reduce; device memory before and after: the plan's NCCL term
 #   build     a randomly initialised SmolLM2-135M (config and tokenizer from .gpu/smollm2-config; seeded)
 #             saved with its tokenizer as a plain HF directory /tmp/smollm2-random
 #   rollouts  HF engine on CUDA (prl.generation.engines.make_engine("hf", ..., dtype="bfloat16")): the paper's
-#             prompts for 64 math500 problems x n=8, 256 tokens each, ignore_eos -> generated tokens/s
+#             prompts for 32 math500 problems x n=8, 256 tokens each, ignore_eos -> generated tokens/s
 #   plan      `prl train --dry-run --json` of the train phase's config on this GPU: the memory of the rank
 #             term by term and per phase (prl.training.memory), the prediction the train phase is held to
-#   train     3 PRL steps through the real trainer (python -m prl.training.train, engine hf, one rank, DeepSpeed
+#   train     2 PRL steps through the real trainer (python -m prl.training.train, engine hf, one rank, DeepSpeed
 #             ZeRO-3, bf16, gradient checkpointing, log-probs 1,024 tokens at a time, the engine asleep during
 #             the update (level 2), 16 prompts x 5 samples, 256 tokens); per-step times and each phase's peak
 #             CUDA memory from the DuckDB store, set against the plan term by term
@@ -29,8 +32,8 @@ cd "$ROOT"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TQDM_DISABLE=1  # no progress bars in the log
 PY=${PRL_GPU_PYTHON:-python3}
 REHEARSAL=${PRL_GPU_CHECK_CPU_REHEARSAL:-0}
-DEADLINE=${PRL_GPU_CHECK_DEADLINE_S:-480}
-RESERVE=25                                   # seconds kept for the summary after the last phase
+DEADLINE=${PRL_GPU_CHECK_DEADLINE_S:-270}
+RESERVE=20                                   # seconds kept for the summary after the last phase
 GPU_DIR=$ROOT/.gpu
 WORK=${PRL_GPU_CHECK_WORK:-/tmp/prl_gpu_check}
 SITE=${PRL_GPU_SITE:-/tmp/site}
@@ -50,8 +53,8 @@ if [ "$REHEARSAL" = 1 ]; then
   export GC_STEPS=1 GC_PROMPTS_PER_STEP=2 GC_N_SAMPLES=2 GC_TRAIN_TOKENS=16 GC_MINI=4 GC_MICRO=2 GC_ZERO=3
   export GC_VERIFIERS=1
 else
-  export GC_PROBLEMS=64 GC_N=8 GC_GEN_TOKENS=256 GC_LAYERS=0 GC_DTYPE=bfloat16
-  export GC_STEPS=3 GC_PROMPTS_PER_STEP=16 GC_N_SAMPLES=5 GC_TRAIN_TOKENS=256 GC_MINI=80 GC_MICRO=16 GC_ZERO=3
+  export GC_PROBLEMS=32 GC_N=8 GC_GEN_TOKENS=256 GC_LAYERS=0 GC_DTYPE=bfloat16
+  export GC_STEPS=2 GC_PROMPTS_PER_STEP=16 GC_N_SAMPLES=5 GC_TRAIN_TOKENS=256 GC_MINI=80 GC_MICRO=16 GC_ZERO=3
   export GC_VERIFIERS=4
 fi
 export GC_REHEARSAL=$REHEARSAL GC_WORK=$WORK GC_MODEL=$MODEL GC_CONF=$GPU_DIR/smollm2-config GC_ROOT=$ROOT
@@ -105,7 +108,7 @@ def load(name):
         return None
 
 phases = {n: load(f"status_{n}.json") or {"status": "not run"}
-          for n in ("install", "env", "build", "rollouts", "plan", "train")}
+          for n in ("install", "env", "nccl", "build", "rollouts", "plan", "train")}
 try:
     prepared = json.loads((Path(os.environ["GC_GPU_DIR"]) / "prepared.json").read_text())
 except (OSError, ValueError):
@@ -170,6 +173,11 @@ out = {
     "versions": (env or {}).get("versions"),
     "phases": phases,
     "model": build,
+    "nccl": load("nccl.json"),
+    "cannot_check": ("vLLM on CUDA: the lent machine has no package registry and vLLM's CUDA wheel (~400 MB) does "
+                     "not fit the 64 MiB carried, so the HF engine stands in: vLLM's sleep mode, CUDA graphs, "
+                     "weight transfer and Model Runner V2 run on a GPU first on the first real run; NCCL across "
+                     "ranks (one GPU: one rank)"),
     "rollouts": ro,
     "train": tr,
     "plan": {k: plan[k] for k in ("device", "memory_plan", "model_weights_gib")} if plan else None,
@@ -207,6 +215,13 @@ if mc:
         m_ = r["measured_gib"]
         print(f"  {r['what']:<75s} {r['predicted_gib']:7.2f} {m_ if m_ is None else round(m_, 2)!s:>7s}  "
               f"ratio {r['ratio']}  {'ok' if r['within_20pct'] else 'OFF' if r['within_20pct'] is False else '-'}")
+nc = out["nccl"]
+if nc:
+    print(f"nccl:     {nc['backend']} group of {nc['world']}, timeout {nc['timeout_s']:.0f} s, all-reduce "
+          f"{'ok' if nc['allreduce_ok'] else 'WRONG'}, {nc['seconds']} s"
+          + (f"; {nc['device_gib_taken']} GiB of device memory (the plan assumes {nc['plan_nccl_gib']} GiB with "
+             "several ranks)" if "device_gib_taken" in nc else ""))
+print("cannot check here: " + out["cannot_check"])
 print(f"written:  {result}")
 print("GPU CHECK OK" if out["ok"] else "GPU CHECK INCOMPLETE: a phase did not finish (see above)")
 sys.exit(0 if out["ok"] else 3)
@@ -330,7 +345,41 @@ print(json.dumps(info, indent=1))
 PY
 
 # ── rollouts: the HF engine ─────────────────────────────────────────────────────────────────
-phase rollouts 180 "$PY" - <<'PY' || true
+phase nccl 45 env DS_ACCELERATOR="$( [ "$REHEARSAL" = 1 ] && echo cpu || echo cuda )" "$PY" - <<'PY' || true
+# The trainer's own process group on this machine's one GPU: NCCL with the rank's device_id bound, so the
+# communicator is created at start; what it takes on the device is the plan's NCCL term for one rank (more
+# ranks add channels and peers). In the rehearsal: gloo on the CPU, no memory figure.
+import json, os, time
+from pathlib import Path
+
+import torch
+
+from prl.training import distributed as d
+from prl.training import memory as mem
+
+work = Path(os.environ["GC_WORK"])
+cuda = torch.cuda.is_available()
+if cuda:
+    torch.cuda.init()
+    free0, total = torch.cuda.mem_get_info()
+t0 = time.perf_counter()
+rank, world = d.init_distributed(60)
+x = torch.ones(1 << 20, device=d.device())
+torch.distributed.all_reduce(x)
+if cuda:
+    torch.cuda.synchronize()
+out = {"backend": torch.distributed.get_backend(), "rank": rank, "world": world,
+       "timeout_s": d.group_timeout().total_seconds(), "seconds": round(time.perf_counter() - t0, 2),
+       "allreduce_ok": bool((x == world).all()), "plan_nccl_gib": mem.NCCL_GIB}
+if cuda:
+    free1, _ = torch.cuda.mem_get_info()
+    out["device_gib_taken"] = round((free0 - free1) / 2**30, 3)  # the group + 4 MiB of test tensor
+torch.distributed.destroy_process_group()
+(work / "nccl.json").write_text(json.dumps(out, indent=1))
+print(json.dumps(out))
+PY
+
+phase rollouts 60 "$PY" - <<'PY' || true
 import json, os, time
 from pathlib import Path
 
@@ -447,7 +496,7 @@ if command -v nvidia-smi >/dev/null && [ "$REHEARSAL" != 1 ]; then
 fi
 TRAIN_T0=$SECONDS
 # stdout carries only the final JSON line; the step lines and library logs go to stderr, shown as they come.
-phase train 330 env DS_ACCELERATOR="$( [ "$REHEARSAL" = 1 ] && echo cpu || echo cuda )" bash -c \
+phase train 150 env DS_ACCELERATOR="$( [ "$REHEARSAL" = 1 ] && echo cpu || echo cuda )" bash -c \
   '"$0" -m prl.training.train --config "$1" --no-progress >"$2" 2> >(tee "$3" >&2); rc=$?; wait $! 2>/dev/null; exit $rc' \
   "$PY" "$CFG" "$WORK/train.stdout" "$WORK/train.stderr" || true
 TRAIN_S=$((SECONDS - TRAIN_T0))

@@ -46,8 +46,9 @@ if [ "${PRL_GPU_WITH_TRANSFORMERS:-0}" = 1 ]; then
 fi
 
 # ── 0. ignore .gpu/ (here and in a user's clone) ─────────────────────────────────────────────
-mkdir -p .git/info
-grep -qxF '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
+EXCLUDE=$(git rev-parse --git-path info/exclude)  # .git may be a file (a worktree): ask git where it keeps it
+mkdir -p "$(dirname "$EXCLUDE")"
+grep -qxF '/.gpu/' "$EXCLUDE" 2>/dev/null || echo '/.gpu/' >>"$EXCLUDE"
 grep -qxF '/.gpu/' .gitignore 2>/dev/null || echo '/.gpu/' >>.gitignore
 
 mkdir -p "$WHEELS" "$CONF"

