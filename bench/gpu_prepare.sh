@@ -189,8 +189,8 @@ fi
 
 cat <<'EOF'
 == the device call (the `run` tool; one call, ~5 min of the 15 device minutes; bench/GPU.md)
-run(carry=[".gpu"], timeout_s=560,
+run(carry=[".gpu"], timeout_s=300,
     command="set -o pipefail; bash bench/gpu_check.sh 2>&1 | tee $OUT/gpu_check.log")
-   gpu_check.sh ends itself after PRL_GPU_CHECK_DEADLINE_S (default 480 s) and writes $OUT/gpu_check.json
+   gpu_check.sh ends itself after PRL_GPU_CHECK_DEADLINE_S (default 270 s, model load included) and writes $OUT/gpu_check.json
    (with its log, $OUT/gpu_check.log); then call give_back unless rerunning at once.
 EOF

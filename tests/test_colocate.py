@@ -46,10 +46,15 @@ def easy_problems(tmp_path: Path) -> str:
     return str(path)
 
 
-def run_two_ranks(model: Path, tmp_path: Path, *, zero_stage: int, dtype: str, port: int) -> dict:
+def run_two_ranks(model: Path, tmp_path: Path, *, zero_stage: int, dtype: str, port: int,
+                  nodes: int = 1) -> dict:
     """Train STEPS steps on 2 ranks with colocated vLLM engines (sleep level 2, in-memory sync, an evaluation
-    at the end); returns what the ranks recorded (tests/ws2_probe.py) and the store."""
-    name = f"z{zero_stage}"
+    at the end); returns what the ranks recorded (tests/ws2_probe.py) and the store.
+
+    ``nodes=1``: DeepSpeed's launcher, one "node" of two ranks. ``nodes=2``: two torchrun "nodes" of one rank
+    each on this host (``--nnodes 2 --node-rank K``: RANK = K, LOCAL_RANK = 0 on both), each with its own
+    node-local scratch (TMPDIR, caches) and the store and out_dir on the shared path, as on a cluster."""
+    name = f"z{zero_stage}" + ("" if nodes == 1 else f"-{nodes}nodes")
     cfg = {"algorithm": {"estimator": "prl", "eta": 10, "step_split": "fixed:8", "n_samples": 4,
                          # k1 KL to the reference: every update has a gradient whatever the rewards are
                          "kl_loss_coef": 0.1, "kl_estimator": "k1"},
@@ -64,11 +69,28 @@ def run_two_ranks(model: Path, tmp_path: Path, *, zero_stage: int, dtype: str, p
     path.write_text(yaml.safe_dump(cfg))
     env = {**{k: v for k, v in os.environ.items() if k not in DIST_VARS}, "DS_ACCELERATOR": "cpu",
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    launcher = str(Path(sys.executable).parent / "deepspeed")
-    r = subprocess.run([launcher, "--num_gpus", "2", "--master_port", str(port), str(ROOT / "tests" / "ws2_probe.py"),
-                        "--config", str(path), "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    if nodes == 1:
+        launcher = str(Path(sys.executable).parent / "deepspeed")
+        r = subprocess.run([launcher, "--num_gpus", "2", "--master_port", str(port), str(ROOT / "tests" / "ws2_probe.py"),
+                            "--config", str(path), "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    else:
+        torchrun = str(Path(sys.executable).parent / "torchrun")
+        procs = []
+        for node in range(nodes):
+            scratch = tmp_path / f"node{node}-scratch"  # node-local: temporary files and caches of that node only
+            scratch.mkdir()
+            node_env = {**env, "TMPDIR": str(scratch), "XDG_CACHE_HOME": str(scratch / "cache"),
+                        "TORCH_EXTENSIONS_DIR": str(scratch / "torch_extensions")}
+            procs.append(subprocess.Popen(
+                [torchrun, "--nnodes", str(nodes), "--node-rank", str(node), "--nproc-per-node", "1",
+                 "--master-addr", "127.0.0.1", "--master-port", str(port), str(ROOT / "tests" / "ws2_probe.py"),
+                 "--config", str(path), "--quiet"], cwd=ROOT, env=node_env, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True))
+        outs = [pr.communicate(timeout=600) for pr in procs]
+        for pr, (o, e) in zip(procs, outs):
+            assert pr.returncode == 0, (o + e)[-4000:]
     ranks = tmp_path / name / "ranks"
     db = Store(tmp_path / "store.duckdb", create=False)
     metrics: dict[int, dict[str, float]] = {}
@@ -80,13 +102,51 @@ def run_two_ranks(model: Path, tmp_path: Path, *, zero_stage: int, dtype: str, p
             "engines": [json.loads((ranks / f"engine{k}.json").read_text()) for k in (0, 1)]}
 
 
+_RUNS: dict[tuple, dict] = {}
+"""The module's training runs, each made once: the one-node ZeRO-2 run serves both its own tests and the
+two-node comparison."""
+
+
+def cached_run(warm_model, tmp_path_factory, zero_stage: int, dtype: str, nodes: int = 1) -> dict:
+    key = (zero_stage, dtype, nodes)
+    if key not in _RUNS:
+        model, _ = warm_model
+        _RUNS[key] = run_two_ranks(model, tmp_path_factory.mktemp(f"zero{zero_stage}-{nodes}n"), zero_stage=zero_stage,
+                                   dtype=dtype, port=29517 + zero_stage + 10 * (nodes - 1), nodes=nodes)
+    return _RUNS[key]
+
+
 @pytest.fixture(scope="module", params=[(2, "float32"), (3, "bfloat16" if cpu_has_bf16() else "float32")],
                 ids=lambda p: f"zero{p[0]}-{p[1]}")
 def two_ranks(request, warm_model, tmp_path_factory):
-    model, _ = warm_model
     zero_stage, dtype = request.param
-    return run_two_ranks(model, tmp_path_factory.mktemp(f"zero{zero_stage}"), zero_stage=zero_stage, dtype=dtype,
-                         port=29517 + zero_stage)
+    return cached_run(warm_model, tmp_path_factory, zero_stage, dtype)
+
+
+def test_two_nodes_of_one_rank_train_what_one_node_of_two_ranks_trains(warm_model, tmp_path_factory):
+    """Two torchrun "nodes" of one rank each (RANK != LOCAL_RANK on the second), node-local scratch, the store
+    and checkpoints on the shared path: the same config and seed give, by value, every stored training metric,
+    every evaluation sample, and the checkpoint's weights of one node of two ranks under DeepSpeed's launcher."""
+    one = cached_run(warm_model, tmp_path_factory, 2, "float32")
+    two = cached_run(warm_model, tmp_path_factory, 2, "float32", nodes=2)
+    assert [e["rank"] for e in two["engines"]] == [0, 1] and [e["local_rank"] for e in two["engines"]] == [0, 0]
+    assert two["manifest"]["world_size"] == 2
+    assert sorted(two["metrics"]) == sorted(one["metrics"]) == list(range(1, STEPS + 1))
+    timing = ("time/", "memory/", "perf/")  # wall-clock and resident-memory readings differ run to run
+    for step in one["metrics"]:
+        a = {k: v for k, v in one["metrics"][step].items() if not k.startswith(timing)}
+        b = {k: v for k, v in two["metrics"][step].items() if not k.startswith(timing)}
+        assert a == b and len(a) > 10, step
+
+    def samples(run):
+        with run["db"].read() as con:
+            return con.execute("select problem_id, sample_idx, response, verdict from samples where run_id = ? "
+                               "order by 1, 2", [f"{run['name']}@step{STEPS}"]).fetchall()
+    assert samples(one) == samples(two) and len(samples(one)) == 12
+    assert [u["after"] for u in one["updates"][0]] == [u["after"] for u in two["updates"][0]]  # every update's weights
+    for run in (one, two):  # the checkpoint on the shared path holds both ranks' partitions
+        ckpt = sorted((run["out"] / "checkpoints").glob("step_*"))[-1]
+        assert len(list(ckpt.glob("*zero_pp_rank_*_optim_states.pt"))) == 2, sorted(p.name for p in ckpt.iterdir())
 
 
 def test_each_rank_builds_its_own_engine_on_its_own_device_index(two_ranks):
