@@ -161,3 +161,45 @@ def test_prl_eval_on_a_local_ray_runtime_matches_the_in_process_run(tiny_model_d
     assert bad.returncode == 2
     assert f"error: {shard}: not a readable Parquet shard" in bad.stderr and "delete" in bad.stderr
     assert len(_samples(db, "r")) == 32
+
+
+def test_prl_eval_on_a_two_node_ray_cluster_runs_shards_on_both_nodes(tiny_model_dir, tmp_path, prefect_harness):
+    """A Ray cluster of two nodes on this host (Ray's own ``cluster_utils.Cluster``: a head and a second raylet,
+    one CPU each) and `prl eval --task-runner ray --ray-address` joining it: the shards run as Ray tasks on
+    both nodes (Ray's state API says where each ran), write their files to the shared --shard-dir, and the
+    driver stores the samples an in-process run stores."""
+    import ray
+    from prefect.settings import PREFECT_API_URL
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        db, ref_db = tmp_path / "ray.duckdb", tmp_path / "ref.duckdb"
+        args = ["--model", str(tiny_model_dir), "--dataset", "synth_test:12,math500:4", "--n", "2",
+                "--max-tokens", "24", "--run", "r2", "--quiet", "--verifier-workers", "1"]
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PREFECT_API_URL": PREFECT_API_URL.value()}
+        done = subprocess.run([sys.executable, "-m", "prl_cli", "eval", *args, "--db", str(db), "--task-runner", "ray",
+                               "--ray-address", cluster.address, "--shard-problems", "4",
+                               "--shard-dir", str(tmp_path / "shared")], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-4000:]
+        summary = json.loads(done.stdout)
+        assert summary["shards"]["planned"] == 4 and summary["samples_added"] == 32
+        assert len(leftover_shards(tmp_path / "shared" / "r2")) == 4
+        ray.init(address=cluster.address, logging_level="ERROR")
+        try:
+            from ray.util.state import list_nodes, list_tasks
+
+            nodes = {n.node_id for n in list_nodes()}
+            ran_on = {t.node_id for t in list_tasks(detail=True, limit=1000) if t.node_id}
+        finally:
+            ray.shutdown()
+        assert len(nodes) == 2 and ran_on == nodes, (nodes, ran_on)
+    finally:
+        cluster.shutdown()
+    ref = subprocess.run([sys.executable, "-m", "prl_cli", "eval", *args, "--db", str(ref_db)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    assert _samples(db, "r2") == _samples(ref_db, "r2") and len(_samples(db, "r2")) == 32
