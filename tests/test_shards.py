@@ -172,7 +172,7 @@ def test_prl_eval_on_a_two_node_ray_cluster_runs_shards_on_both_nodes(tiny_model
     from prefect.settings import PREFECT_API_URL
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": True})  # its state API
     try:
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
