@@ -175,10 +175,13 @@ def test_the_engine_term_takes_vllms_profile_pass_and_cuda_graphs_off_the_kv_cac
     engine = next(t for t in big["memory_plan"]["terms"] if t["name"] == "engine")["how"]
     shape = mem.ModelShape(params=1, largest_layer=1, layers=28, hidden=3584, vocab=152064, kv_dim=512,
                            intermediate=18944)
-    profile = mem.vllm_profile_bytes(shape, 2, None, None)
-    assert profile == 16384 * (2 * 18944 + 4 * 3584) * 2 + 1024 * 152064 * 8
+    default = mem.vllm_profile_bytes(shape, 2, None, None)  # vLLM's own batch sizes: 16,384 tokens, 1,024 rows
+    assert default == 16384 * (2 * 18944 + 4 * 3584) * 2 + 1024 * 152064 * 8
+    t = big["config"]["train"]  # the paper config sets the batch: 8,192 tokens, 256 sequences
+    assert (t["rollout_max_num_batched_tokens"], t["rollout_max_num_seqs"]) == (8192, 256)
+    profile = mem.vllm_profile_bytes(shape, 2, 8192, 256)
+    assert profile == 8192 * (2 * 18944 + 4 * 3584) * 2 + 256 * 152064 * 8 and profile < default / 2
     assert f"profile pass at its batch {profile / 1024 ** 3:.2f} GiB" in engine
-    assert mem.vllm_profile_bytes(shape, 2, 4096, 256) < profile / 3
 
 
 def test_the_7b_config_is_zero3_on_the_shipped_7b_config():

@@ -42,9 +42,20 @@ _update = train.Trainer.update
 _close = train.Trainer.close
 
 
-def _digests(self) -> dict[str, str]:
-    from prl.training.weight_sync import full_parameters
+def full_parameters(module, zero_stage: int):
+    """Every parameter gathered whole inside the block under ZeRO-3 (stages 0-2 keep them whole): the whole model
+    at once on every rank, which only this probe wants (exports gather module by module:
+    prl.training.weight_sync.policy_state_dict)."""
+    import contextlib
 
+    if zero_stage != 3:
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
+
+
+def _digests(self) -> dict[str, str]:
     with full_parameters(self.engine.module, self.train_cfg.zero_stage):
         return param_digests(self.engine.module.named_parameters())
 

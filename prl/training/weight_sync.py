@@ -61,14 +61,3 @@ def policy_state_dict(engine, zero_stage: int) -> dict[str, torch.Tensor] | None
     if zero_stage != 3:
         return None
     return engine._zero3_consolidated_16bit_state_dict()
-
-
-def full_parameters(module: torch.nn.Module, zero_stage: int):
-    """Every parameter gathered whole inside the block under ZeRO-3; stages 0-2 keep them whole anyway. The
-    whole model at once on every rank's device: for tests that compare every weight, never for exports
-    (:func:`policy_state_dict`)."""
-    if zero_stage != 3:
-        return contextlib.nullcontext()
-    import deepspeed
-
-    return deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
