@@ -262,11 +262,15 @@ def _log_tail(base) -> str:
 SHARED_GROUP = "small-demo-and-ray"
 SHARED_MODULES = ("tests/test_demo.py", "tests/faults/test_kill_pipeline.py", "tests/test_ray_runner.py",
                   "tests/test_shards.py")
+RANKS_GROUP = "several-ranks"
+RANKS_MODULES = ("tests/test_colocate.py", "tests/faults/test_kill_nodes.py")
+"""Together on one worker: the one-node run of two ranks (tests/ranks.py, made once per worker) is the reference
+of both."""
 
 
 def _scope(nodeid: str) -> str:
     module = nodeid.split("::", 1)[0]
-    return SHARED_GROUP if module in SHARED_MODULES else module
+    return SHARED_GROUP if module in SHARED_MODULES else RANKS_GROUP if module in RANKS_MODULES else module
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -12,108 +12,16 @@ the samples a one-process evaluation of the same weights stores.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+from ranks import ROOT, STEPS, cached_run, cpu_has_bf16
 
 from prl.store.db import Store
 
 pytestmark = pytest.mark.e2e
-ROOT = Path(__file__).resolve().parents[1]
-DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
-STEPS = 2
-
-
-def cpu_has_bf16() -> bool:
-    """bf16 arithmetic in hardware (AVX512-BF16 or AMX): where vLLM's CPU build and torch run bf16."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def easy_problems(tmp_path: Path) -> str:
-    from prl.data import synthetic
-
-    path = tmp_path / "easy.jsonl"
-    rows = [r for r in synthetic.generate("train", 600, seed=0) if r["level"] <= 2][:200]
-    path.write_text("".join(json.dumps({"problem": r["problem"], "answer": r["answer"]}) + "\n" for r in rows))
-    return str(path)
-
-
-def run_two_ranks(model: Path, tmp_path: Path, *, zero_stage: int, dtype: str, port: int,
-                  nodes: int = 1) -> dict:
-    """Train STEPS steps on 2 ranks with colocated vLLM engines (sleep level 2, in-memory sync, an evaluation
-    at the end); returns what the ranks recorded (tests/ws2_probe.py) and the store.
-
-    ``nodes=1``: DeepSpeed's launcher, one "node" of two ranks. ``nodes=2``: two torchrun "nodes" of one rank
-    each on this host (``--nnodes 2 --node-rank K``: RANK = K, LOCAL_RANK = 0 on both), each with its own
-    node-local scratch (TMPDIR, caches) and the store and out_dir on the shared path, as on a cluster."""
-    name = f"z{zero_stage}" + ("" if nodes == 1 else f"-{nodes}nodes")
-    cfg = {"algorithm": {"estimator": "prl", "eta": 10, "step_split": "fixed:8", "n_samples": 4,
-                         # k1 KL to the reference: every update has a gradient whatever the rewards are
-                         "kl_loss_coef": 0.1, "kl_estimator": "k1"},
-           "train": {"model": str(model), "out_dir": str(tmp_path / name), "db": str(tmp_path / "store.duckdb"),
-                     "train_data": easy_problems(tmp_path), "steps": STEPS, "prompts_per_step": 4, "max_tokens": 32,
-                     "engine": "vllm", "lr": 1e-3, "mini_batch_size": 8, "micro_batch_size": 4,
-                     "checkpoint_every": STEPS, "segments_per_step": 2, "seed": 0, "zero_stage": zero_stage,
-                     "dtype": dtype, "rollout_sleep_level": 2, "gradient_checkpointing": True,
-                     "logprob_chunk_tokens": 16, "eval_datasets": ["synth_test"], "eval_limit": 6, "eval_n": 2,
-                     "rollout_max_num_seqs": 24, "rollout_max_num_batched_tokens": 1024, "rollout_max_model_len": 256}}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    env = {**{k: v for k, v in os.environ.items() if k not in DIST_VARS}, "DS_ACCELERATOR": "cpu",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    if nodes == 1:
-        launcher = str(Path(sys.executable).parent / "deepspeed")
-        r = subprocess.run([launcher, "--num_gpus", "2", "--master_port", str(port), str(ROOT / "tests" / "ws2_probe.py"),
-                            "--config", str(path), "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=600)
-        assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    else:
-        torchrun = str(Path(sys.executable).parent / "torchrun")
-        procs = []
-        for node in range(nodes):
-            scratch = tmp_path / f"node{node}-scratch"  # node-local: temporary files and caches of that node only
-            scratch.mkdir()
-            node_env = {**env, "TMPDIR": str(scratch), "XDG_CACHE_HOME": str(scratch / "cache"),
-                        "TORCH_EXTENSIONS_DIR": str(scratch / "torch_extensions")}
-            procs.append(subprocess.Popen(
-                [torchrun, "--nnodes", str(nodes), "--node-rank", str(node), "--nproc-per-node", "1",
-                 "--master-addr", "127.0.0.1", "--master-port", str(port), str(ROOT / "tests" / "ws2_probe.py"),
-                 "--config", str(path), "--quiet"], cwd=ROOT, env=node_env, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True))
-        outs = [pr.communicate(timeout=600) for pr in procs]
-        for pr, (o, e) in zip(procs, outs):
-            assert pr.returncode == 0, (o + e)[-4000:]
-    ranks = tmp_path / name / "ranks"
-    db = Store(tmp_path / "store.duckdb", create=False)
-    metrics: dict[int, dict[str, float]] = {}
-    for _run, step, metric, value in db.rows("train_metrics_for_runs", run_ids=[name]):
-        metrics.setdefault(step, {})[metric] = value
-    return {"name": name, "db": db, "metrics": metrics, "out": tmp_path / name,
-            "manifest": json.loads(db.rows("get_run", run_id=name)[0][6]),
-            "updates": [json.loads((ranks / f"rank{k}.json").read_text()) for k in (0, 1)],
-            "engines": [json.loads((ranks / f"engine{k}.json").read_text()) for k in (0, 1)]}
-
-
-_RUNS: dict[tuple, dict] = {}
-"""The module's training runs, each made once: the one-node ZeRO-2 run serves both its own tests and the
-two-node comparison."""
-
-
-def cached_run(warm_model, tmp_path_factory, zero_stage: int, dtype: str, nodes: int = 1) -> dict:
-    key = (zero_stage, dtype, nodes)
-    if key not in _RUNS:
-        model, _ = warm_model
-        _RUNS[key] = run_two_ranks(model, tmp_path_factory.mktemp(f"zero{zero_stage}-{nodes}n"), zero_stage=zero_stage,
-                                   dtype=dtype, port=29517 + zero_stage + 10 * (nodes - 1), nodes=nodes)
-    return _RUNS[key]
 
 
 @pytest.fixture(scope="module", params=[(2, "float32"), (3, "bfloat16" if cpu_has_bf16() else "float32")],

