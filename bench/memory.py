@@ -16,7 +16,12 @@
    the policy and the reference (``load_models``), a real :class:`prl.training.train.Trainer` on synthetic
    full-length rollouts: a warm-up update (Adam's moments exist from the first optimizer step), then the
    no-gradient log-prob phase and the update — each term's measured size beside
-   :func:`prl.training.memory.plan_memory`'s prediction from the inputs the dry run uses.
+   :func:`prl.training.memory.plan_memory`'s prediction from the inputs the dry run uses. In sample
+   (:data:`CONFIGS`): the configurations the plan's constants were set on. Out of sample
+   (:data:`OUT_OF_SAMPLE`, issue 36): configurations that set no constant, measured with the constants frozen —
+   the Llama 3.2 twin, another sequence length, ZeRO-3 on 2 ranks (torchrun, each rank measuring itself, rank 0
+   reporting) in bf16 with fp32 gradient accumulation, and the checkpoint's export moment (the RSS a
+   ``Trainer.export_policy`` adds, against the plan's "export gather" term and "export" phase).
 3. **Step time with gradient checkpointing + chunked log-probs + micro-batches cut to their own length on
    vs off** (off: full logits, no checkpointing, micro-batches padded to the step's longest, as at 2b56519~1):
    the log-prob passes and the update of one step on rollouts of varied lengths, alternated, medians.
@@ -73,6 +78,7 @@ STEP_TARGET = 1.10
 """Part 3: the step with everything on at most 1.1× the step with everything off."""
 BASELINE_COMMIT = "2b56519~1"
 TINY_DIR = ROOT / "runs" / "bench" / "memory" / "tiny"
+LLAMA_DIR = ROOT / "runs" / "bench" / "memory" / "llama3.2"
 
 
 # ─── measuring the resident set ──────────────────────────────────────────────────────────────────
@@ -343,12 +349,14 @@ def _config(spec: dict, tmp: str):
 
     from prl.training.config import RunConfig, TrainConfig
 
-    rows = spec["rows"]
-    t = TrainConfig(model=spec["dir"], out_dir=f"{tmp}/out", db=f"{tmp}/store.duckdb", steps=1, prompts_per_step=1,
-                    train_size=64, max_tokens=spec["response"], engine="vllm", mini_batch_size=rows,
+    rows, ranks = spec["rows"], spec.get("ranks", 1)  # rows: each rank's rollouts
+    t = TrainConfig(model=spec["dir"], out_dir=f"{tmp}/out", db=f"{tmp}/store.duckdb", steps=1,
+                    prompts_per_step=ranks, train_size=64, max_tokens=spec["response"], engine="vllm",
+                    mini_batch_size=rows,
                     micro_batch_size=spec.get("micro", rows), gradient_checkpointing=spec["checkpointing"],
                     logprob_chunk_tokens=spec["chunk"], eval_datasets=(), threads=THREADS, segments_per_step=0,
-                    export_checkpoints=False)
+                    export_checkpoints=False, zero_stage=spec.get("zero_stage", 0),
+                    dtype=spec.get("dtype", "float32"), grad_accum_dtype=spec.get("grad_accum_dtype", "fp32"))
     return RunConfig(AlgorithmConfig(estimator="grpo", n_samples=rows), t)
 
 
@@ -437,7 +445,7 @@ def one_config(spec: dict) -> dict[str, Any]:
 
     transformers.AutoModelForCausalLM.from_pretrained = counted
     try:
-        models = tr.load_models(t, cfg, 1, torch.device("cpu"), lambda _m: None)
+        models = tr.load_models(t, cfg, spec.get("ranks", 1), torch.device("cpu"), lambda _m: None)
     finally:
         transformers.AutoModelForCausalLM.from_pretrained = original
     m["models"] = rss()
@@ -489,7 +497,14 @@ def one_config(spec: dict) -> dict[str, Any]:
     m["rollout_before"] = reset_peak()
     engine.generate(prompts, SamplingConfig(n=spec["rows"], temperature=1.0, max_tokens=16, seed=1, ignore_eos=True))
     m["rollout_peak"] = peak()
+    if spec.get("export"):  # the checkpoint's export: after the weight sync, the engine awake
+        m["export_before"] = reset_peak()
+        t0 = time.perf_counter()
+        trainer.export_policy(force=True)
+        out["export_s"] = time.perf_counter() - t0
+        m["export_peak"] = peak()
     out["rss"] = m
+    out["world"] = trainer.world
     return out
 
 
@@ -502,13 +517,14 @@ def predict(spec: dict, baseline_bytes: float) -> dict[str, Any]:
     t = cfg.train
     source = dry_run.resolve_model(t.model)
     params = dry_run.parameter_counts(source.config_path)
-    memory = dry_run.memory_estimate(params["total"], params["largest_layer"], stage=t.zero_stage, gpus_per_node=1,
-                                     nodes=1)
+    world = spec.get("ranks", 1)
+    memory = dry_run.memory_estimate(params["total"], params["largest_layer"], stage=t.zero_stage,
+                                     gpus_per_node=world, nodes=1)
     measured_baseline = dry_run.cpu_baseline_bytes
     dry_run.cpu_baseline_bytes = lambda _engine: baseline_bytes
     try:
-        plan = dry_run.plan_rank_memory(t, source, params, memory, world=1, device="cpu", prompt_tokens=spec["prompt"],
-                                        rollouts_per_rank=spec["rows"])
+        plan = dry_run.plan_rank_memory(t, source, params, memory, world=world, device="cpu",
+                                        prompt_tokens=spec["prompt"], rollouts_per_rank=spec["rows"])
     finally:
         dry_run.cpu_baseline_bytes = measured_baseline
     return plan
@@ -610,8 +626,11 @@ def child_env() -> dict[str, str]:
 def run_one(kind: str, spec: dict, timeout: float = 900) -> dict[str, Any]:
     """``--one KIND SPEC`` in a fresh process; its last stdout line is the JSON result."""
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", kind, json.dumps(spec)], cwd=ROOT,
-                       env=child_env(), capture_output=True, text=True, timeout=timeout)
+    ranks = spec.get("ranks", 1)
+    launch = [sys.executable] if ranks == 1 else [  # several ranks on this host; rank 0 prints the result
+        str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", str(ranks), "--master-port", "29561"]
+    p = subprocess.run([*launch, str(Path(__file__).resolve()), "--one", kind, json.dumps(spec)], cwd=ROOT,
+                       env={**child_env(), "DS_ACCELERATOR": "cpu"}, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError(f"--one {kind} {spec} failed ({p.returncode}):\n{p.stderr[-4000:]}")
     out = json.loads(p.stdout.strip().splitlines()[-1])
@@ -635,6 +654,14 @@ def tiny_dir() -> str:
         subprocess.run([sys.executable, "-m", "prl_cli", "model", "build-tiny", "--out", str(TINY_DIR)], cwd=ROOT,
                        check=True)
     return str(TINY_DIR)
+
+
+def llama_dir() -> str:
+    """The tiny Llama 3.2 twin (``prl model build-tiny --arch llama3.2``, seed 0), built once under runs/bench/memory/."""
+    if not (LLAMA_DIR / "config.json").is_file():
+        subprocess.run([sys.executable, "-m", "prl_cli", "model", "build-tiny", "--arch", "llama3.2", "--out",
+                        str(LLAMA_DIR)], cwd=ROOT, check=True)
+    return str(LLAMA_DIR)
 
 
 def say(msg: str) -> None:
@@ -690,6 +717,18 @@ CONFIGS = [  # (model, rows, prompt, response, gradient checkpointing, logprob_c
     ("smollm2", 2, 64, 448, False, 128, 32),
 ]
 QUICK_CONFIGS = [("tiny", 8, 64, 192, False, 1024, 32), ("tiny", 4, 64, 448, True, 128, 32)]
+OUT_OF_SAMPLE = [  # never used to set a constant of the plan (prl/training/memory.py), measured after they froze
+    {"model": "llama", "rows": 4, "prompt": 64, "response": 192, "checkpointing": False, "chunk": 1024,
+     "generate": 32, "export": True, "why": "the Llama 3.2 twin (128,256-token vocabulary, llama3 RoPE)"},
+    {"model": "tiny", "rows": 2, "prompt": 64, "response": 960, "checkpointing": True, "chunk": 256,
+     "generate": 32, "why": "another sequence length: 1,024 tokens a row"},
+    {"model": "smollm2", "rows": 4, "prompt": 64, "response": 192, "checkpointing": True, "chunk": 128,
+     "generate": 32, "ranks": 2, "zero_stage": 3, "dtype": "bfloat16", "grad_accum_dtype": "fp32", "export": True,
+     "why": "ZeRO-3 on 2 ranks, bf16 with fp32 gradient accumulation, and its export (module-by-module gather)"},
+    {"model": "smollm2", "rows": 2, "prompt": 64, "response": 320, "checkpointing": False, "chunk": 512,
+     "generate": 32, "export": True, "why": "an export moment on one rank, at another length"},
+]
+"""The plan validated out of sample (issue 36): each term within ±20% or not, reported as measured."""
 RESOLUTION = 16 * MIB
 """Part 2: a term under 32 MiB is met within this many bytes (what the first step creates lazily besides the
 model: autograd's worker state, oneDNN's primitive caches, DeepSpeed's bookkeeping)."""
@@ -702,52 +741,73 @@ def _compare(name: str, predicted: float, measured: float) -> dict[str, Any]:
             "ratio": predicted / measured if measured > 0 else None, "small": small, "within": ok}
 
 
+def measure_config(spec: dict, baseline: float) -> dict[str, Any]:
+    """One configuration measured in its own process(es) (``spec["ranks"]``) against the plan: each term, each
+    phase (the export's too when ``spec["export"]``), the peak."""
+    res = run_one("config", spec)
+    plan = predict(spec, baseline)
+    m = res["rss"]
+    term = {t["name"]: t for t in plan["terms"]}
+    added = plan["moments_added_gib"]
+    rows_out = [
+        _compare("overhead", term["overhead"]["phases"]["rollout"] * GIB, m["imports"]),
+        _compare("engine", term["engine"]["phases"]["rollout"] * GIB, m["engine"] - m["process_group"]),
+        _compare("reference", term["reference"]["gib"] * GIB,
+                 m["reference_loaded"] + m["reference_resident"] - m["models"]),
+        _compare("model states", term["model states"]["phases"]["rollout"] * GIB,
+                 m["policy_loaded"] + m["states"] - m["reference_touched"]),
+        _compare("log-prob phase: activations + log-prob chunk", max(added["logprobs"].values()) * GIB,
+                 m["logprobs_peak"] - m["logprobs_before"]),
+        _compare("update: activations + log-prob chunk + gradients", max(added["update"].values()) * GIB,
+                 m["update_peak"] - m["update_before"]),
+    ]
+    measured_phases = {"rollout": m["rollout_peak"], "logprobs": m["logprobs_peak"], "update": m["update_peak"]}
+    if "export_peak" in m:
+        rows_out.append(_compare("export: added while writing", term["export gather"]["gib"] * GIB,
+                                 m["export_peak"] - m["export_before"]))
+        measured_phases["export"] = m["export_peak"]
+    phases = {ph: _compare(ph, plan["phases_gib"][ph] * GIB, v) for ph, v in measured_phases.items()}
+    peak_phase = max(measured_phases, key=measured_phases.get)
+    planned = {ph: plan["phases_gib"][ph] for ph in measured_phases}
+    total = _compare("peak", max(planned.values()) * GIB, measured_phases[peak_phase])
+    total.update(predicted_phase=max(planned, key=planned.get), measured_phase=peak_phase)
+    kv = res["kv_cache_mappings_before_generation"]
+    miss = [r["term"] for r in rows_out if not r["within"]]
+    say(f"part 2: {spec['model']} {spec['rows']}x({spec['prompt']}+{spec['response']}) ckpt {spec['checkpointing']} "
+        f"chunk {spec['chunk']}" + (f" ZeRO-{spec['zero_stage']} x{spec.get('ranks', 1)} {spec.get('dtype')}"
+                                    if "zero_stage" in spec else "") + ": "
+        + ", ".join(f"{r['term'].split(':')[0]} {r['ratio']:.2f}" if r["ratio"] else r["term"] for r in rows_out)
+        + (f"; MISSED {miss}" if miss else ""))
+    return {"spec": {k: v for k, v in spec.items() if k != "dir"}, "params": res["params"], "world": res["world"],
+            "terms": rows_out, "phases": phases, "peak": total,
+            "plan_moments": {"peak": plan["peak_moments"], "added_gib": added},
+            "measured_update_moments_gib": {k: v / GIB for k, v in res["update_moments"].items()},
+            "not_planned_gib": {"trainer (tokenizer, store, problems)": (m["trainer"] - m["reference_resident"]) / GIB},
+            "kv_cache": {"mapping_gib": [x["size"] / GIB for x in kv], "resident_before_generation_gib":
+                         [x["rss"] / GIB for x in kv], "generated_tokens": res["generated_tokens"],
+                         "generation_added_gib": (m["engine"] - m["engine_built"]) / GIB},
+            "grads_after_step_bytes": res["grads_after_step"], "rss_bytes": m,
+            "seconds": {k: res[k] for k in ("generate_s", "warmup_update_s", "logprobs_s", "update_s", "export_s",
+                                            "process_s") if k in res}}
+
+
 def part2(dirs: dict[str, str], quick: bool) -> dict[str, Any]:
+    """In sample: :data:`CONFIGS`, the configurations the plan's constants were set on (re-measured). Out of
+    sample: :data:`OUT_OF_SAMPLE`, measured with the constants frozen."""
     baseline = run_one("baseline", {"engine": "vllm"})["bytes"]
     say(f"part 2: the dry run's CPU overhead, measured in its own process: {baseline / MIB:.0f} MiB")
     out = []
     for model, rows, prompt, response, ck, chunk, generate in (QUICK_CONFIGS if quick else CONFIGS):
         spec = {"model": model, "dir": dirs[model], "rows": rows, "prompt": prompt, "response": response,
                 "checkpointing": ck, "chunk": chunk, "generate": generate}
-        res = run_one("config", spec)
-        plan = predict(spec, baseline)
-        m = res["rss"]
-        term = {t["name"]: t for t in plan["terms"]}
-        added = plan["moments_added_gib"]
-        rows_out = [
-            _compare("overhead", term["overhead"]["phases"]["rollout"] * GIB, m["imports"]),
-            _compare("engine", term["engine"]["phases"]["rollout"] * GIB, m["engine"] - m["process_group"]),
-            _compare("reference", term["reference"]["gib"] * GIB,
-                     m["reference_loaded"] + m["reference_resident"] - m["models"]),
-            _compare("model states", term["model states"]["phases"]["rollout"] * GIB,
-                     m["policy_loaded"] + m["states"] - m["reference_touched"]),
-            _compare("log-prob phase: activations + log-prob chunk", max(added["logprobs"].values()) * GIB,
-                     m["logprobs_peak"] - m["logprobs_before"]),
-            _compare("update: activations + log-prob chunk + gradients", max(added["update"].values()) * GIB,
-                     m["update_peak"] - m["update_before"]),
-        ]
-        measured_phases = {"rollout": m["rollout_peak"], "logprobs": m["logprobs_peak"], "update": m["update_peak"]}
-        phases = {ph: _compare(ph, plan["phases_gib"][ph] * GIB, v) for ph, v in measured_phases.items()}
-        peak_phase = max(measured_phases, key=measured_phases.get)
-        total = _compare("peak", plan["peak_gib"] * GIB, measured_phases[peak_phase])
-        total.update(predicted_phase=plan["peak_phase"], measured_phase=peak_phase)
-        kv = res["kv_cache_mappings_before_generation"]
-        out.append({"spec": {k: v for k, v in spec.items() if k != "dir"}, "params": res["params"], "terms": rows_out,
-                    "phases": phases, "peak": total, "plan_moments": {"peak": plan["peak_moments"], "added_gib": added},
-                    "measured_update_moments_gib": {k: v / GIB for k, v in res["update_moments"].items()},
-                    "not_planned_gib": {"trainer (tokenizer, store, problems)":
-                                        (m["trainer"] - m["reference_resident"]) / GIB},
-                    "kv_cache": {"mapping_gib": [x["size"] / GIB for x in kv], "resident_before_generation_gib":
-                                 [x["rss"] / GIB for x in kv], "generated_tokens": res["generated_tokens"],
-                                 "generation_added_gib": (m["engine"] - m["engine_built"]) / GIB},
-                    "grads_after_step_bytes": res["grads_after_step"], "rss_bytes": m,
-                    "seconds": {k: res[k] for k in ("generate_s", "warmup_update_s", "logprobs_s", "update_s",
-                                                    "process_s")}})
-        miss = [r["term"] for r in rows_out if not r["within"]]
-        say(f"part 2: {model} {rows}x({prompt}+{response}) ckpt {ck} chunk {chunk}: " + ", ".join(
-            f"{r['term'].split(':')[0]} {r['ratio']:.2f}" for r in rows_out) + (f"; MISSED {miss}" if miss else ""))
+        out.append({"sample": "in", **measure_config(spec, baseline)})
+    for spec in (OUT_OF_SAMPLE[1:2] if quick else OUT_OF_SAMPLE):
+        out.append({"sample": "out", **measure_config({**spec, "dir": dirs[spec["model"]]}, baseline)})
+    oos = [c for c in out if c["sample"] == "out"]
+    within = [r["within"] for c in oos for r in c["terms"]]
     return {"baseline_overhead_bytes": baseline, "tolerance": PLAN_TOLERANCE, "resolution_bytes": RESOLUTION,
-            "configs": out}
+            "configs": out, "out_of_sample": {"configs": len(oos), "terms": len(within), "within": sum(within),
+                                              "peaks_within": sum(c["peak"]["within"] for c in oos)}}
 
 
 def part3(smollm2: str, quick: bool) -> dict[str, Any]:
@@ -849,6 +909,8 @@ def plan_before_changes(p2: dict[str, Any], dirs: dict[str, str]) -> dict[str, A
     spec_.loader.exec_module(old)
     configs, within, count = [], 0, 0
     for c in p2["configs"]:
+        if c.get("sample", "in") != "in":  # the plan before the changes knew no export moment nor several ranks
+            continue
         spec = {**c["spec"], "dir": dirs[c["spec"]["model"]]}
         t = _config(spec, tempfile.gettempdir()).train
         src = dry_run.resolve_model(t.model)
@@ -909,6 +971,17 @@ def findings(r: dict[str, Any]) -> list[str]:
                        f"{v['full_vs_float64']['max_abs_entropy']:.1e}: the gap is fp32 rounding (of log_softmax, "
                        "then p log p summed over 49,152 entries), not the chunking; gradients differ by "
                        f"{v['max_rel_grad_diff']:.0e} relative.")
+    p2 = r.get("plan_vs_measured") or {}
+    oos = [c for c in p2.get("configs", []) if c.get("sample") == "out"]
+    if oos:
+        cells = [x for c in oos for x in c["terms"]]
+        out.append(f"Part 2 out of sample (the plan's constants frozen before these were measured): "
+                   f"{sum(x['within'] for x in cells)} of {len(cells)} terms and "
+                   f"{sum(c['peak']['within'] for c in oos)} of {len(oos)} peaks within "
+                   f"±{p2['tolerance']:.0%}. Missed: " + ("; ".join(
+                       f"{c['spec']['why']}: {x['term']} planned {x['predicted_gib']:.3f} GiB, measured "
+                       f"{x['measured_gib']:.3f} GiB" + (f" ({x['ratio']:.2f}x)" if x["ratio"] else "")
+                       for c in oos for x in c["terms"] + [c["peak"]] if not x["within"]) or "none") + ".")
     st = r.get("step_time")
     if st:
         out.append(f"Part 3: on/off {st['ratio']:.3f} from the medians, {st['median_paired_ratio']:.3f} the median of "
@@ -952,11 +1025,16 @@ def main(argv: list[str] | None = None) -> int:
         kind, spec = args.one
         with contextlib.redirect_stdout(sys.stderr):
             result = ONE[kind](json.loads(spec))
-        print(json.dumps(result), flush=True)
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+                import torch.distributed as torch_dist
+
+                torch_dist.barrier()  # no rank leaves while another still measures
+        if os.environ.get("RANK", "0") == "0":
+            print(json.dumps(result), flush=True)
         os._exit(0)  # vLLM's in-process engine and DeepSpeed's group: no slow teardown
     t0 = time.perf_counter()
     smollm2 = smollm2_dir()
-    dirs = {"smollm2": smollm2, "tiny": tiny_dir()}
+    dirs = {"smollm2": smollm2, "tiny": tiny_dir(), "llama": llama_dir()}
     command = "python bench/memory.py" + (" --quick" if args.quick else "")
     results: dict[str, Any] = {"machine": machine_info(), "command": command,
                                "quick": args.quick, "baseline_commit": BASELINE_COMMIT,

@@ -172,14 +172,19 @@ def target_rows(res: Results, with_faults: bool = True, with_demo: bool = True) 
                      "trainer before issue 26)", met(train["meets_target"] and nograd["meets_target"]), "memory"))
     pv = (mem or {}).get("plan_vs_measured")
     if pv:
-        cells = [x for c in pv["configs"] for x in c["terms"] + [c["peak"]]]
-        big = [x for x in cells if x["measured_gib"] * 2**30 >= 2 * pv["resolution_bytes"]]
-        rows.append((f"Memory plan within ±{pv['tolerance']:.0%} of measured, every term, {len(pv['configs'])} CPU "
-                     "configurations", f"{sum(x['within'] for x in cells)} of {len(cells)} within; ratios "
-                     f"{min(x['ratio'] for x in big):.2f}–{max(x['ratio'] for x in big):.2f} (terms ≥ "
-                     f"{2 * pv['resolution_bytes'] / 2**20:.0f} MiB; smaller ones within "
-                     f"{pv['resolution_bytes'] / 2**20:.0f} MiB)",
-                     "peak RSS per phase, measured", met(all(x["within"] for x in cells)), "memory"))
+        for sample, label in (("in", "the configurations its constants were set on"),
+                              ("out", "out of sample (constants frozen, configurations never used to set them)")):
+            configs = [c for c in pv["configs"] if c.get("sample", "in") == sample]
+            if not configs:
+                continue
+            cells = [x for c in configs for x in c["terms"] + [c["peak"]]]
+            big = [x for x in cells if x["measured_gib"] * 2**30 >= 2 * pv["resolution_bytes"] and x["ratio"]]
+            rows.append((f"Memory plan within ±{pv['tolerance']:.0%} of measured, every term, {len(configs)} CPU "
+                         f"configurations: {label}", f"{sum(x['within'] for x in cells)} of {len(cells)} within; ratios "
+                         f"{min(x['ratio'] for x in big):.2f}–{max(x['ratio'] for x in big):.2f} (terms ≥ "
+                         f"{2 * pv['resolution_bytes'] / 2**20:.0f} MiB; smaller ones within "
+                         f"{pv['resolution_bytes'] / 2**20:.0f} MiB)",
+                         "peak RSS per phase, measured", met(all(x["within"] for x in cells)), "memory"))
     st_ = (mem or {}).get("step_time")
     if st_:
         rows.append((f"Training step with chunked log-probs, checkpointing, trimmed micro-batches ≤ {st_['target']}× without",
@@ -1277,23 +1282,46 @@ def region_memory(res: Results) -> str:
                   f"{pv['resolution_bytes'] / 2**20:.0f} MiB); misses in bold.", ""]
 
         def cell(x: dict) -> str:
-            text = f"{_size(x['predicted_gib'])} / {_size(x['measured_gib'])} ({x['ratio']:.2f})"
+            ratio = f"{x['ratio']:.2f}" if x["ratio"] else "—"
+            text = f"{_size(x['predicted_gib'])} / {_size(x['measured_gib'])} ({ratio})"
             return text if x["within"] else f"**{text}**"
 
-        rows = []
-        for c in pv["configs"]:
+        def described(c: dict) -> str:
             s = c["spec"]
-            rows.append([f"{s['model']} {s['rows']} × ({s['prompt']} + {s['response']}), checkpointing "
-                         f"{'on' if s['checkpointing'] else 'off'}, chunk {s['chunk']}"]
-                        + [cell(x) for x in c["terms"]] + [cell(c["peak"]) + f" {c['peak']['measured_phase']}"])
-        lines += table(["configuration"] + [short.get(n, n) for n in names] + ["peak"], rows)
-        n_ok = sum(x["within"] for c in pv["configs"] for x in c["terms"] + [c["peak"]])
-        n_all = sum(len(c["terms"]) + 1 for c in pv["configs"])
+            text = (f"{s['model']} {s['rows']} × ({s['prompt']} + {s['response']}), checkpointing "
+                    f"{'on' if s['checkpointing'] else 'off'}, chunk {s['chunk']}")
+            if "zero_stage" in s:
+                text += (f", ZeRO-{s['zero_stage']} on {s.get('ranks', 1)} ranks, {s.get('dtype', 'float32')}, "
+                         f"accumulation {s.get('grad_accum_dtype', 'fp32')}")
+            return text + (", export" if s.get("export") else "")
+
+        ins = [c for c in pv["configs"] if c.get("sample", "in") == "in"]
+        outs = [c for c in pv["configs"] if c.get("sample") == "out"]
+        lines += table(["configuration (in sample)"] + [short.get(n, n) for n in names] + ["peak"],
+                       [[described(c)] + [cell(x) for x in c["terms"]]
+                        + [cell(c["peak"]) + f" {c['peak']['measured_phase']}"] for c in ins])
+        if outs:
+            names_out = max((c["terms"] for c in outs), key=len)
+            short["export: added while writing"] = "export"
+            lines += ["", "Out of sample: the plan's constants frozen (prl/training/memory.py as committed), then "
+                      "configurations that never set one, measured the same way (" + "; ".join(
+                          f"{c['spec']['model']}: {c['spec']['why']}" for c in outs) + "); — where a configuration "
+                      "has no export moment.", ""]
+            lines += table(["configuration (out of sample)"] + [short.get(t["term"], t["term"]) for t in names_out]
+                           + ["peak"],
+                           [[described(c)] + [next((cell(x) for x in c["terms"] if x["term"] == t["term"]), "—")
+                                              for t in names_out]
+                            + [cell(c["peak"]) + f" {c['peak']['measured_phase']}"] for c in outs])
+        n_ok = sum(x["within"] for c in ins for x in c["terms"] + [c["peak"]])
+        n_all = sum(len(c["terms"]) + 1 for c in ins)
         kv = pv["configs"][0]["kv_cache"]
         before = r.get("plan_before_changes")
-        lines += ["", f"Within the target: {n_ok} of {n_all}"
+        o_ok = sum(x["within"] for c in outs for x in c["terms"] + [c["peak"]])
+        o_all = sum(len(c["terms"]) + 1 for c in outs)
+        lines += ["", f"Within the target in sample: {n_ok} of {n_all}"
                   + (f" (the plan before the changes these measurements led to, {before['commit']}: "
-                     f"{before['within']} of {before['of']})" if before else "") + ". The CPU engine's fixed part "
+                     f"{before['within']} of {before['of']})" if before else "")
+                  + (f"; out of sample: {o_ok} of {o_all}" if outs else "") + ". The CPU engine's fixed part "
                   "(`VLLM_CPU_RUNTIME_GIB`) was measured on the tiny model, so its engine row is not an independent "
                   f"check. vLLM's KV cache ({kv['mapping_gib'][0]:.2f} GiB) is resident "
                   f"({kv['resident_before_generation_gib'][0]:.2f} GiB) before the first generation; generating "
