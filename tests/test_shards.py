@@ -122,15 +122,35 @@ def test_sharded_run_stores_the_same_samples_as_the_chunked_run_and_resumes_from
     assert _samples(sharded.db, "r") == _samples(base.db, "r")
 
 
-# ─── the Ray task runner, for real: a 2-CPU local Ray runtime under Prefect ───────────────────
+# ─── the Ray task runner, for real: a 2-CPU local Ray runtime, then a two-node Ray cluster ────
+
+RAY_EVAL = ["--dataset", "synth_test:12,math500:4", "--n", "2", "--max-tokens", "24", "--run", "r", "--quiet",
+            "--verifier-workers", "1"]
+"""The evaluation both Ray tests run (run id ``r``); their samples are compared with :func:`in_process`'s."""
+
+
+@pytest.fixture(scope="module")
+def in_process(tiny_model_dir, tmp_path_factory, prefect_harness):
+    """The samples of ``prl eval`` with :data:`RAY_EVAL` in one process, on the session's Prefect API: what the
+    Ray runs must store. Made once for the module's two Ray tests."""
+    from prefect.settings import PREFECT_API_URL
+
+    ref_db = tmp_path_factory.mktemp("ray-ref") / "ref.duckdb"
+    ref = subprocess.run([sys.executable, "-m", "prl_cli", "eval", "--model", str(tiny_model_dir), *RAY_EVAL,
+                          "--db", str(ref_db)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()})
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    samples = _samples(ref_db, "r")
+    assert len(samples) == 32
+    return samples
+
 
 @pytest.mark.e2e
-def test_prl_eval_on_a_local_ray_runtime_matches_the_in_process_run(tiny_model_dir, tmp_path, prefect_harness):
+def test_prl_eval_on_a_local_ray_runtime_matches_the_in_process_run(tiny_model_dir, tmp_path, in_process):
     """`prl eval --task-runner ray --ray-cpus 2`: shards run as Prefect tasks in Ray workers, write
     Parquet files, and the driver stores them; the samples equal an in-process run's."""
-    db, ref_db = tmp_path / "ray.duckdb", tmp_path / "ref.duckdb"
-    args = ["--model", str(tiny_model_dir), "--dataset", "synth_test:12,math500:4", "--n", "2",
-            "--max-tokens", "24", "--run", "r", "--quiet", "--verifier-workers", "1"]
+    db = tmp_path / "ray.duckdb"
+    args = ["--model", str(tiny_model_dir), *RAY_EVAL]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PREFECT_LOGGING_LEVEL": "INFO"}
     cmd = [sys.executable, "-m", "prl_cli", "eval", *args, "--db", str(db), "--task-runner", "ray",
            "--ray-cpus", "2", "--shard-problems", "8"]
@@ -143,15 +163,7 @@ def test_prl_eval_on_a_local_ray_runtime_matches_the_in_process_run(tiny_model_d
     assert "Using Ray cluster with 1 nodes" in said and "eval-shard" in said
     assert said.count("Starting temporary server") == 1  # the workers report to the driver's server
     assert len(leftover_shards(tmp_path / "shards" / "r")) == 2
-
-    from prefect.settings import PREFECT_API_URL
-
-    # the in-process reference on the session's Prefect API (the temporary server is under test above)
-    ref = subprocess.run([sys.executable, "-m", "prl_cli", "eval", *args, "--db", str(ref_db)], cwd=ROOT,
-                         env={**env, "PREFECT_API_URL": PREFECT_API_URL.value()}, capture_output=True, text=True,
-                         timeout=600)
-    assert ref.returncode == 0, ref.stderr[-3000:]
-    assert _samples(db, "r") == _samples(ref_db, "r") and len(_samples(db, "r")) == 32
+    assert _samples(db, "r") == in_process  # the reference ran on the session's Prefect API, not this temporary one
     assert Store(db, create=False).rows("get_run", run_id="r")[0][4] == "finished"
 
     # A shard file damaged after the fact: a clear one-line error naming it, the store intact.
@@ -163,7 +175,8 @@ def test_prl_eval_on_a_local_ray_runtime_matches_the_in_process_run(tiny_model_d
     assert len(_samples(db, "r")) == 32
 
 
-def test_prl_eval_on_a_two_node_ray_cluster_runs_shards_on_both_nodes(tiny_model_dir, tmp_path, prefect_harness):
+@pytest.mark.e2e
+def test_prl_eval_on_a_two_node_ray_cluster_runs_shards_on_both_nodes(tiny_model_dir, tmp_path, in_process):
     """A Ray cluster of two nodes on this host (Ray's own ``cluster_utils.Cluster``: a head and a second raylet,
     one CPU each) and `prl eval --task-runner ray --ray-address` joining it: the shards run as Ray tasks on
     both nodes (Ray's state API says where each ran), write their files to the shared --shard-dir, and the
@@ -176,9 +189,8 @@ def test_prl_eval_on_a_two_node_ray_cluster_runs_shards_on_both_nodes(tiny_model
     try:
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
-        db, ref_db = tmp_path / "ray.duckdb", tmp_path / "ref.duckdb"
-        args = ["--model", str(tiny_model_dir), "--dataset", "synth_test:12,math500:4", "--n", "2",
-                "--max-tokens", "24", "--run", "r2", "--quiet", "--verifier-workers", "1"]
+        db = tmp_path / "ray.duckdb"
+        args = ["--model", str(tiny_model_dir), *RAY_EVAL]
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PREFECT_API_URL": PREFECT_API_URL.value()}
         done = subprocess.run([sys.executable, "-m", "prl_cli", "eval", *args, "--db", str(db), "--task-runner", "ray",
                                "--ray-address", cluster.address, "--shard-problems", "4",
@@ -187,7 +199,7 @@ def test_prl_eval_on_a_two_node_ray_cluster_runs_shards_on_both_nodes(tiny_model
         assert done.returncode == 0, done.stderr[-4000:]
         summary = json.loads(done.stdout)
         assert summary["shards"]["planned"] == 4 and summary["samples_added"] == 32
-        assert len(leftover_shards(tmp_path / "shared" / "r2")) == 4
+        assert len(leftover_shards(tmp_path / "shared" / "r")) == 4
         ray.init(address=cluster.address, logging_level="ERROR")
         try:
             from ray.util.state import list_nodes, list_tasks
@@ -199,7 +211,4 @@ def test_prl_eval_on_a_two_node_ray_cluster_runs_shards_on_both_nodes(tiny_model
         assert len(nodes) == 2 and ran_on == nodes, (nodes, ran_on)
     finally:
         cluster.shutdown()
-    ref = subprocess.run([sys.executable, "-m", "prl_cli", "eval", *args, "--db", str(ref_db)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert ref.returncode == 0, ref.stderr[-3000:]
-    assert _samples(db, "r2") == _samples(ref_db, "r2") and len(_samples(db, "r2")) == 32
+    assert _samples(db, "r") == in_process
