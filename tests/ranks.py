@@ -2,8 +2,8 @@
 tests/faults/test_kill_nodes.py): the config, the launchers users have (DeepSpeed's on one "node", torchrun on
 two "nodes" of one rank each on this host) and what the ranks recorded (tests/ws2_probe.py).
 
-Each run is made once per session (:func:`cached_run`): the one-node ZeRO-2 run serves test_colocate's own tests
-and, as its reference, the kill-one-node chain (which runs on two torchrun "nodes").
+Each run is made once per session (:func:`cached_run`): the one-node ZeRO-2 run serves test_colocate's own tests,
+the two-node comparison and the kill-one-node chain as their reference.
 """
 
 from __future__ import annotations
@@ -120,15 +120,20 @@ def read_run(tmp_path: Path, name: str) -> dict[str, Any]:
             "engines": [json.loads((ranks / f"engine{k}.json").read_text()) for k in (0, 1)]}
 
 
-def run_two_ranks(model: Path, tmp_path: Path, *, zero_stage: int, dtype: str, port: int) -> dict:
-    """Train on 2 ranks (:func:`write_config`) under DeepSpeed's launcher, one "node" of two ranks; returns
-    :func:`read_run`'s record."""
-    name = f"z{zero_stage}"
+def run_two_ranks(model: Path, tmp_path: Path, *, zero_stage: int, dtype: str, port: int, nodes: int = 1) -> dict:
+    """Train on 2 ranks (:func:`write_config`); returns :func:`read_run`'s record.
+
+    ``nodes=1``: DeepSpeed's launcher, one "node" of two ranks. ``nodes=2``: :func:`start_torchrun_nodes`."""
+    name = f"z{zero_stage}" + ("" if nodes == 1 else f"-{nodes}nodes")
     path = write_config(model, tmp_path, name, zero_stage=zero_stage, dtype=dtype)
-    launcher = str(Path(sys.executable).parent / "deepspeed")
-    r = subprocess.run([launcher, "--num_gpus", "2", "--master_port", str(port), PROBE, "--config", str(path),
-                        "--quiet"], cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    if nodes == 1:
+        launcher = str(Path(sys.executable).parent / "deepspeed")
+        r = subprocess.run([launcher, "--num_gpus", "2", "--master_port", str(port), PROBE, "--config", str(path),
+                            "--quiet"], cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    else:
+        for rc, tail in wait_nodes(start_torchrun_nodes(path, tmp_path, port=port, nodes=nodes)):
+            assert rc == 0, tail
     return read_run(tmp_path, name)
 
 
@@ -136,10 +141,10 @@ _RUNS: dict[tuple, dict] = {}
 """The session's several-rank training runs, each made once."""
 
 
-def cached_run(warm_model, tmp_path_factory, zero_stage: int, dtype: str) -> dict:
-    key = (zero_stage, dtype)
+def cached_run(warm_model, tmp_path_factory, zero_stage: int, dtype: str, nodes: int = 1) -> dict:
+    key = (zero_stage, dtype, nodes)
     if key not in _RUNS:
         model, _ = warm_model
-        _RUNS[key] = run_two_ranks(model, tmp_path_factory.mktemp(f"zero{zero_stage}"), zero_stage=zero_stage,
-                                   dtype=dtype, port=29517 + zero_stage)
+        _RUNS[key] = run_two_ranks(model, tmp_path_factory.mktemp(f"zero{zero_stage}-{nodes}n"), zero_stage=zero_stage,
+                                   dtype=dtype, port=29517 + zero_stage + 10 * (nodes - 1), nodes=nodes)
     return _RUNS[key]

@@ -6,8 +6,7 @@ where it runs (its local rank is the device index on GPUs). After every update t
 engine from memory through vLLM's weight-transfer API (the engine's log-probs of its samples equal the
 trainer's recomputation), the engine sleeps around the update and wakes in the right order, the ranks hold
 the same parameters after every update, and the final evaluation — every rank generating a share — stores
-the samples a one-process evaluation of the same weights stores. Two torchrun "nodes" of one rank each train
-what one node of two ranks trains: tests/faults/test_kill_nodes.py proves it on a run that loses a node.
+the samples a one-process evaluation of the same weights stores.
 """
 
 from __future__ import annotations
@@ -30,6 +29,32 @@ pytestmark = pytest.mark.e2e
 def two_ranks(request, warm_model, tmp_path_factory):
     zero_stage, dtype = request.param
     return cached_run(warm_model, tmp_path_factory, zero_stage, dtype)
+
+
+def test_two_nodes_of_one_rank_train_what_one_node_of_two_ranks_trains(warm_model, tmp_path_factory):
+    """Two torchrun "nodes" of one rank each (RANK != LOCAL_RANK on the second), node-local scratch, the store
+    and checkpoints on the shared path: the same config and seed give, by value, every stored training metric,
+    every evaluation sample, and the checkpoint's weights of one node of two ranks under DeepSpeed's launcher."""
+    one = cached_run(warm_model, tmp_path_factory, 2, "float32")
+    two = cached_run(warm_model, tmp_path_factory, 2, "float32", nodes=2)
+    assert [e["rank"] for e in two["engines"]] == [0, 1] and [e["local_rank"] for e in two["engines"]] == [0, 0]
+    assert two["manifest"]["world_size"] == 2
+    assert sorted(two["metrics"]) == sorted(one["metrics"]) == list(range(1, STEPS + 1))
+    timing = ("time/", "memory/", "perf/")  # wall-clock and resident-memory readings differ run to run
+    for step in one["metrics"]:
+        a = {k: v for k, v in one["metrics"][step].items() if not k.startswith(timing)}
+        b = {k: v for k, v in two["metrics"][step].items() if not k.startswith(timing)}
+        assert a == b and len(a) > 10, step
+
+    def samples(run):
+        with run["db"].read() as con:
+            return con.execute("select problem_id, sample_idx, response, verdict from samples where run_id = ? "
+                               "order by 1, 2", [f"{run['name']}@step{STEPS}"]).fetchall()
+    assert samples(one) == samples(two) and len(samples(one)) == 12
+    assert [u["after"] for u in one["updates"][0]] == [u["after"] for u in two["updates"][0]]  # every update's weights
+    for run in (one, two):  # the checkpoint on the shared path holds both ranks' partitions
+        ckpt = sorted((run["out"] / "checkpoints").glob("step_*"))[-1]
+        assert len(list(ckpt.glob("*zero_pp_rank_*_optim_states.pt"))) == 2, sorted(p.name for p in ckpt.iterdir())
 
 
 def test_each_rank_builds_its_own_engine_on_its_own_device_index(two_ranks):
